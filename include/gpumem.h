@@ -1,0 +1,365 @@
+/*
+ * gpumem — a GPU device-memory manager.
+ *
+ * This header is the whole public API. It includes no CUDA header: `gm_stream` is ABI-identical
+ * to `cudaStream_t` / `CUstream`, so a CUDA program passes its streams straight through.
+ *
+ * Conventions (hold for every function below unless its comment says otherwise):
+ *   - Every fallible call returns a `gm_status`; GM_OK is 0. Results come back through
+ *     out-parameters, which are written only on success.
+ *   - On failure the library keeps its state intact, records a human-readable message that
+ *     `gm_last_error(pool)` returns, and calls the pool's error callback if one is set. It never
+ *     prints and never aborts on bad input.
+ *   - Device pointers are `void *`, as cudaMalloc returns them, aligned to at least
+ *     GM_ALIGNMENT (512) bytes. All allocator metadata lives in host memory.
+ *   - A pool is safe to use from many threads at once. A backend is safe to share between pools.
+ *   - A zero-filled config struct means "all defaults" (`gm_config cfg = {0};`).
+ */
+#ifndef GPUMEM_H
+#define GPUMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GM_VERSION_MAJOR 0
+#define GM_VERSION_MINOR 1
+#define GM_VERSION_PATCH 0
+#define GM_VERSION_STRING "0.1.0"
+/* Single comparable number: major * 10000 + minor * 100 + patch. */
+#define GM_VERSION (GM_VERSION_MAJOR * 10000 + GM_VERSION_MINOR * 100 + GM_VERSION_PATCH)
+
+#if defined(_WIN32)
+#define GM_API
+#elif defined(__GNUC__)
+#define GM_API __attribute__((visibility("default")))
+#else
+#define GM_API
+#endif
+
+/* Every device pointer gpumem returns is a multiple of this (cudaMalloc guarantees 256). */
+#define GM_ALIGNMENT 512u
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes
+ * ------------------------------------------------------------------------------------------- */
+typedef enum gm_status {
+    GM_OK = 0,
+    GM_ERR_INVALID_ARGUMENT,  /* NULL where an object is needed, size 0, bad config value */
+    GM_ERR_OUT_OF_MEMORY,     /* the device (or the pool's cap) cannot supply the bytes */
+    GM_ERR_NO_DEVICE,         /* no driver or no GPU behind this backend */
+    GM_ERR_DOUBLE_FREE,       /* the pointer was allocated by this pool and already freed */
+    GM_ERR_UNKNOWN_POINTER,   /* not a block start of this pool (foreign or interior pointer) */
+    GM_ERR_NOT_READY,         /* an event or stream has not completed yet (backend queries) */
+    GM_ERR_BUSY,              /* the object is still in use (destroy with live blocks) */
+    GM_ERR_UNSUPPORTED,       /* the backend lacks the capability asked for (e.g. VMM) */
+    GM_ERR_BACKEND,           /* the device driver returned an unexpected error */
+    GM_ERR_HOST_MEMORY,       /* malloc of host-side metadata failed */
+    GM_ERR_CORRUPT,           /* gm_pool_check found an invariant broken (a gpumem bug) */
+    GM_ERR_ABORTED,           /* a caller's callback asked to stop (snapshot writer) */
+    GM_STATUS_COUNT
+} gm_status;
+
+/* Short static English name of a status ("out of memory"). Never NULL; unknown values give
+ * "unknown status". Thread-safe, O(1). */
+GM_API const char *gm_status_str(gm_status status);
+
+/* Library version string, equal to GM_VERSION_STRING of the library actually loaded. */
+GM_API const char *gm_version(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Opaque handles
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gm_backend gm_backend; /* a device: simulated or real */
+typedef struct gm_pool gm_pool;       /* an allocator over one backend */
+/* A stream; ABI-identical to cudaStream_t. NULL is the default (legacy) stream. */
+typedef struct gm_stream_opaque *gm_stream;
+
+/* ---------------------------------------------------------------------------------------------
+ * Backends
+ * ------------------------------------------------------------------------------------------- */
+
+/* Kinds of device call, counted by the backend and by each pool (gm_stats.device_calls). */
+typedef enum gm_call {
+    GM_CALL_MEM_ALLOC = 0, /* cuMemAlloc: one plain segment */
+    GM_CALL_MEM_FREE,      /* cuMemFree */
+    GM_CALL_VA_RESERVE,    /* cuMemAddressReserve */
+    GM_CALL_VA_RELEASE,    /* cuMemAddressFree */
+    GM_CALL_PHYS_CREATE,   /* cuMemCreate: one physical page run */
+    GM_CALL_PHYS_RELEASE,  /* cuMemRelease */
+    GM_CALL_MAP,           /* cuMemMap + cuMemSetAccess */
+    GM_CALL_UNMAP,         /* cuMemUnmap */
+    GM_CALL_COPY,          /* cuMemcpyDtoDAsync */
+    GM_CALL_EVENT_CREATE,  /* cuEventCreate */
+    GM_CALL_EVENT_DESTROY, /* cuEventDestroy */
+    GM_CALL_EVENT_RECORD,  /* cuEventRecord */
+    GM_CALL_EVENT_QUERY,   /* cuEventQuery */
+    GM_CALL_STREAM_WAIT,   /* cuStreamWaitEvent */
+    GM_CALL_MEM_INFO,      /* cuMemGetInfo */
+    GM_CALL_KINDS
+} gm_call;
+
+/* Short static name of a call kind ("mem_alloc"); "unknown" for bad values. */
+GM_API const char *gm_call_str(gm_call call);
+
+typedef struct gm_sim_config {
+    size_t capacity;        /* device memory in bytes; 0 = 141 GiB (an H200) */
+    size_t vmm_granularity; /* physical page size for VMM; 0 = 2 MiB; must be a power of two */
+    int host_backed;        /* nonzero: real host memory (lazily committed) behind every device
+                               address, so tests can write and check bytes; capacity is then
+                               limited by the host's virtual address space */
+    int no_vmm;             /* nonzero: behave like a device without VMM support */
+    int manual_streams;     /* nonzero: simulated kernels (gm_sim_launch) stay pending until
+                               gm_sim_stream_complete; zero: they complete at once */
+    int no_costs;           /* nonzero: do not charge the H200 cost model to the device clock */
+} gm_sim_config;
+
+/* Create a simulated GPU (see docs/backends.md). cfg NULL = defaults.
+ * Fails: GM_ERR_INVALID_ARGUMENT (out NULL, granularity not a power of two, capacity smaller
+ * than one page), GM_ERR_HOST_MEMORY. The caller owns *out and releases it with
+ * gm_backend_destroy after every pool on it is destroyed. */
+GM_API gm_status gm_sim_backend_create(const gm_sim_config *cfg, gm_backend **out);
+
+/* Open CUDA device `device` through the driver API, loaded at run time with dlopen
+ * ("libcuda.so.1"); retains the device's primary context, so it cooperates with the CUDA
+ * runtime, PyTorch and CuPy. Fails: GM_ERR_NO_DEVICE with a clear message when there is no
+ * driver or no such device (gm_backend_last_error tells which), GM_ERR_BACKEND. */
+GM_API gm_status gm_cuda_backend_create(int device, gm_backend **out);
+
+/* Destroy a backend. Every pool built on it must have been destroyed. NULL is a no-op. */
+GM_API void gm_backend_destroy(gm_backend *backend);
+
+/* Message of the last failed backend call on this thread, or "" (never NULL). Useful after
+ * gm_*_backend_create fails, when there is no pool yet. */
+GM_API const char *gm_backend_last_error(void);
+
+typedef struct gm_device_info {
+    char name[96];          /* "sim (simulated H200)" or the GPU's name */
+    char backend[16];       /* "sim" or "cuda" */
+    int ordinal;            /* device index */
+    int driver_version;     /* CUDA driver version (13000 = 13.0); 0 on sim */
+    size_t total_bytes;     /* device capacity */
+    size_t free_bytes;      /* free now, as cuMemGetInfo reports */
+    size_t vmm_granularity; /* physical page size; 0 if VMM is unsupported */
+    int vmm_supported;
+    int host_backed;        /* sim only: bytes behind addresses are real host memory */
+} gm_device_info;
+
+/* Describe the device. Fails: GM_ERR_INVALID_ARGUMENT, GM_ERR_BACKEND. Thread-safe. */
+GM_API gm_status gm_backend_info(gm_backend *backend, gm_device_info *out);
+
+typedef struct gm_device_counters {
+    uint64_t calls[GM_CALL_KINDS];   /* device calls made on this backend, by kind */
+    uint64_t time_ns[GM_CALL_KINDS]; /* device time charged: the H200 cost model on sim,
+                                        measured wall time on cuda */
+    uint64_t copy_bytes;             /* bytes moved by device copies */
+} gm_device_counters;
+
+/* Snapshot of the backend's counters (all pools on it together). Thread-safe. */
+GM_API gm_status gm_backend_counters(gm_backend *backend, gm_device_counters *out);
+
+/* --- Simulated-GPU controls, for tests and replays (GM_ERR_UNSUPPORTED on other backends) --- */
+
+/* Create / destroy a simulated stream. The default stream NULL always exists. */
+GM_API gm_status gm_sim_stream_create(gm_backend *backend, gm_stream *out);
+GM_API gm_status gm_sim_stream_destroy(gm_backend *backend, gm_stream stream);
+/* Queue a simulated kernel on `stream`. With manual_streams it stays pending (and every event
+ * recorded after it stays incomplete) until gm_sim_stream_complete(stream). */
+GM_API gm_status gm_sim_launch(gm_backend *backend, gm_stream stream);
+/* Complete all work queued on `stream` so far. */
+GM_API gm_status gm_sim_stream_complete(gm_backend *backend, gm_stream stream);
+/* Host address of the bytes behind device address `dev` (host_backed sims only). */
+GM_API gm_status gm_sim_host_ptr(gm_backend *backend, const void *dev, void **host);
+/* Advance the simulated device clock by `ns` (a fake clock for time-based policies). */
+GM_API gm_status gm_sim_advance_clock(gm_backend *backend, uint64_t ns);
+
+/* ---------------------------------------------------------------------------------------------
+ * Pool configuration
+ * ------------------------------------------------------------------------------------------- */
+typedef enum gm_strategy {
+    GM_STRATEGY_DEFAULT = 0, /* currently tlsf */
+    GM_STRATEGY_TLSF,        /* two-level segregated best fit with split and coalesce */
+    GM_STRATEGY_COUNT
+} gm_strategy;
+
+typedef enum gm_segments {
+    GM_SEGMENTS_DEFAULT = 0, /* plain (see docs/benchmarks.md for the measurement) */
+    GM_SEGMENTS_PLAIN,       /* one cudaMalloc per segment */
+    GM_SEGMENTS_VMM,         /* a reserved virtual range; physical pages mapped on demand */
+    GM_SEGMENTS_COUNT
+} gm_segments;
+
+/* Release policy for free device memory (plain segments and VMM pages alike). */
+typedef enum gm_release {
+    GM_RELEASE_DEFAULT = 0, /* = GM_RELEASE_BEFORE_GROW */
+    GM_RELEASE_BEFORE_GROW, /* before reserving new memory, give back wholly free segments
+                               (VMM: reuse free pages' physical memory) that cannot serve the
+                               request; so reserved memory grows only when it must */
+    GM_RELEASE_ON_OOM,      /* keep everything until the device is full (PyTorch's policy) */
+    GM_RELEASE_EAGER,       /* give back each segment / page as soon as it is wholly free */
+    GM_RELEASE_COUNT
+} gm_release;
+
+/* Called on every error the pool records, with the pool's message. Runs on the failing thread,
+ * with no pool lock held; it must not free the pool. */
+typedef void (*gm_error_fn)(void *user, gm_status status, const char *message);
+
+typedef struct gm_config {
+    gm_strategy strategy;
+    gm_segments segments; /* GM_SEGMENTS_VMM needs a backend with VMM support */
+    gm_release release;
+
+    /* Limits. The pool never holds more reserved bytes than the smaller of these. */
+    size_t reserve_limit_bytes;    /* 0 = no absolute cap */
+    double reserve_limit_fraction; /* of device capacity, in (0, 1]; 0 = no cap (PyTorch's
+                                      set_per_process_memory_fraction) */
+    size_t initial_reserve_bytes;  /* reserved at create ("peak need + 10-20 %"); 0 = none */
+
+    /* Rounding of requests. */
+    size_t min_block_bytes;            /* granularity of granted sizes; 0 = 512; a power of
+                                          two >= GM_ALIGNMENT */
+    unsigned roundup_power2_divisions; /* 0 = off; N = round sizes >= 1 MiB up to the next of N
+                                          steps between powers of two (PyTorch's option) */
+
+    /* Segment sizing, plain segments (PyTorch-like small/large split). */
+    size_t small_request_max;  /* requests <= this are "small"; 0 = 1 MiB */
+    size_t small_segment_bytes;/* segment size for small requests; 0 = 2 MiB */
+    size_t large_request_min;  /* requests < this (and > small) share medium segments;
+                                  0 = 10 MiB */
+    size_t medium_segment_bytes; /* 0 = 20 MiB */
+    size_t segment_rounding;   /* large segments are rounded up to this; 0 = 2 MiB */
+
+    /* VMM. */
+    size_t vmm_reserve_bytes; /* virtual range reserved per arena; 0 = device capacity */
+
+    gm_error_fn error_callback; /* NULL = none */
+    void *error_user;
+} gm_config;
+
+/* ---------------------------------------------------------------------------------------------
+ * Pools
+ * ------------------------------------------------------------------------------------------- */
+
+/* Create a pool on `backend`. cfg NULL = defaults. If initial_reserve_bytes is set, that much is
+ * reserved now (and kept, not released by gm_trim unless keep_bytes is smaller).
+ * Fails: GM_ERR_INVALID_ARGUMENT (backend/out NULL, inconsistent config: the message names the
+ * field), GM_ERR_UNSUPPORTED (VMM on a backend without it), GM_ERR_OUT_OF_MEMORY (the initial
+ * reserve does not fit), GM_ERR_HOST_MEMORY. The caller owns *out. Not thread-safe with respect
+ * to the new pool (nobody else has it yet). */
+GM_API gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **out);
+
+/* Destroy a pool and give all its device memory back. With live blocks it returns GM_ERR_BUSY,
+ * names the count in gm_last_error, and destroys nothing: free them first, or use
+ * gm_pool_destroy_force. NULL pool: GM_ERR_INVALID_ARGUMENT. No other thread may use the pool. */
+GM_API gm_status gm_pool_destroy(gm_pool *pool);
+
+/* Destroy a pool even with live blocks; their device memory is released, so those pointers
+ * become invalid. Returns GM_OK (NULL: GM_ERR_INVALID_ARGUMENT). */
+GM_API gm_status gm_pool_destroy_force(gm_pool *pool);
+
+/* Allocate `size` bytes usable by work on `stream`; *out is GM_ALIGNMENT-aligned.
+ * Size 0 is rejected with GM_ERR_INVALID_ARGUMENT (unlike cudaMalloc, which returns success
+ * and no memory: a 0-byte request is nearly always a bug, and NULL is not a block we can free).
+ * Fails: GM_ERR_INVALID_ARGUMENT (pool/out NULL, size 0), GM_ERR_OUT_OF_MEMORY (size beyond
+ * capacity or limit, or the device is full even after freeing cached memory; the message names
+ * the request, reserved and live bytes, the largest free block and the fragmentation rate),
+ * GM_ERR_BACKEND, GM_ERR_HOST_MEMORY. O(1) when served from reserved memory; growth makes
+ * device calls. Thread-safe. */
+GM_API gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out);
+
+/* Free a block returned by gm_alloc. `stream` is the stream whose work last used it (usually the
+ * allocating stream): the memory may be reused at once by later work on that stream.
+ * Fails, keeping the pool intact: GM_ERR_INVALID_ARGUMENT (pool NULL), GM_ERR_DOUBLE_FREE
+ * (already freed), GM_ERR_UNKNOWN_POINTER (NULL, foreign or interior pointer). O(1).
+ * Thread-safe. */
+GM_API gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream);
+
+/* Note that `stream` also used the live block `ptr` (torch's record_stream): the block is not
+ * reused by other streams until that stream's work queued before the free has completed.
+ * Fails: GM_ERR_INVALID_ARGUMENT, GM_ERR_UNKNOWN_POINTER. O(1). Thread-safe. */
+GM_API gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream);
+
+/* Give cached and free device memory back until at most `keep_bytes` remain reserved (0 =
+ * release everything that is free; the empty_cache users know). Memory of live blocks is never
+ * released. Fails: GM_ERR_INVALID_ARGUMENT, GM_ERR_BACKEND. O(segments). Thread-safe. */
+GM_API gm_status gm_trim(gm_pool *pool, size_t keep_bytes);
+
+/* ---------------------------------------------------------------------------------------------
+ * Statistics and inspection
+ * ------------------------------------------------------------------------------------------- */
+
+/* Free-block histogram: bin 0 counts free blocks < 1 KiB, bin i (1 <= i < last) blocks in
+ * [2^(9+i), 2^(10+i)), the last bin everything >= 2^(9+GM_HISTOGRAM_BINS-1) (64 GiB). */
+#define GM_HISTOGRAM_BINS 28
+
+typedef struct gm_stats {
+    /* Bytes, current and peak. live = requested by the program and not freed; allocated =
+     * granted to live blocks (live + rounding); reserved = obtained from the device (plain
+     * segments, or mapped VMM pages). */
+    size_t live_bytes, peak_live_bytes;
+    size_t allocated_bytes, peak_allocated_bytes;
+    size_t reserved_bytes, peak_reserved_bytes;
+    size_t live_blocks;
+    size_t segments;                 /* plain segments held; VMM: arenas (virtual ranges) */
+    uint64_t alloc_count, free_count;/* successful calls */
+    uint64_t oom_count;              /* allocations that failed with GM_ERR_OUT_OF_MEMORY */
+    uint64_t device_calls[GM_CALL_KINDS]; /* device calls this pool made, by kind */
+    uint64_t device_time_ns;         /* device time those calls were charged */
+
+    /* Fragmentation (DESIGN.md §6), now. */
+    size_t internal_frag_bytes;  /* allocated - live */
+    size_t total_free_bytes;     /* reserved bytes not granted to a live block */
+    size_t largest_free_bytes;   /* largest contiguous free range inside reserved memory */
+    double frag_rate;            /* 1 - largest_free / total_free; 0 when nothing is free */
+    uint64_t free_histogram[GM_HISTOGRAM_BINS];
+} gm_stats;
+
+/* Fill *out. Fragmentation fields walk every free block: O(blocks). Thread-safe. */
+GM_API gm_status gm_pool_stats(gm_pool *pool, gm_stats *out);
+
+/* Reset every peak to the current value. Thread-safe. */
+GM_API gm_status gm_pool_reset_peaks(gm_pool *pool);
+
+/* A sink for text output; returns 0 on success, nonzero to stop the producer. */
+typedef int (*gm_write_fn)(void *user, const char *data, size_t len);
+
+/* Write a JSON document describing every segment and block of the pool (format in
+ * docs/api.md: {"segments":[{"address","size","mapped_bytes","blocks":[{"address","size",
+ * "requested","state","stream"}]}], "stats":{...}}) through `write`. The pool is locked while
+ * the JSON is produced, so `write` must not call back into this pool.
+ * Fails: GM_ERR_INVALID_ARGUMENT (NULL pool or writer), GM_ERR_ABORTED (`write` returned
+ * nonzero; the walk stopped there), GM_ERR_HOST_MEMORY. O(blocks). */
+GM_API gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user);
+
+/* Validate every invariant the pool relies on (free lists against bitmaps, block sums against
+ * segment sizes, no two adjacent free blocks, counters against a recount, page maps).
+ * Returns GM_OK, or GM_ERR_CORRUPT with the first broken invariant in gm_last_error.
+ * O(blocks). Thread-safe. */
+GM_API gm_status gm_pool_check(gm_pool *pool);
+
+/* Message of the last error this pool recorded, or "" if none (never NULL). The text is copied
+ * per thread: it stays valid until the calling thread's next gpumem call. */
+GM_API const char *gm_last_error(gm_pool *pool);
+
+/* Replace the error callback (NULL removes it). Thread-safe. */
+GM_API gm_status gm_pool_set_error_callback(gm_pool *pool, gm_error_fn fn, void *user);
+
+/* The configuration the pool runs with, every default filled in. */
+GM_API gm_status gm_pool_config(gm_pool *pool, gm_config *out);
+
+/* Short static names of config enums ("tlsf", "vmm", "before_grow"), and the reverse lookups
+ * (return GM_ERR_INVALID_ARGUMENT for unknown names). */
+GM_API const char *gm_strategy_str(gm_strategy s);
+GM_API const char *gm_segments_str(gm_segments s);
+GM_API const char *gm_release_str(gm_release r);
+GM_API gm_status gm_strategy_parse(const char *name, gm_strategy *out);
+GM_API gm_status gm_segments_parse(const char *name, gm_segments *out);
+GM_API gm_status gm_release_parse(const char *name, gm_release *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPUMEM_H */

@@ -1,0 +1,86 @@
+/*
+ * The part of every backend that is not device-specific: counters, the per-thread error text,
+ * and the public wrappers that dispatch through the method table.
+ */
+#include "backend.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { ERROR_TEXT_BYTES = 512 };
+static _Thread_local char backend_error_text[ERROR_TEXT_BYTES];
+
+void backend_init(gm_backend *b, const gm_backend_ops *ops, const gm_backend_caps *caps)
+{
+    b->ops = ops;
+    b->caps = *caps;
+    for (int k = 0; k < GM_CALL_KINDS; k++) {
+        atomic_init(&b->calls[k], 0);
+        atomic_init(&b->time_ns[k], 0);
+    }
+    atomic_init(&b->copy_bytes, 0);
+}
+
+void backend_charge(gm_backend *b, gm_call kind, uint64_t ns)
+{
+    atomic_fetch_add_explicit(&b->calls[kind], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&b->time_ns[kind], ns, memory_order_relaxed);
+}
+
+gm_status backend_set_error(gm_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(backend_error_text, sizeof backend_error_text, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+const char *gm_backend_last_error(void)
+{
+    return backend_error_text;
+}
+
+void gm_backend_destroy(gm_backend *backend)
+{
+    if (backend)
+        backend->ops->destroy(backend);
+}
+
+gm_status gm_backend_info(gm_backend *backend, gm_device_info *out)
+{
+    if (!backend || !out)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_backend_info: NULL argument");
+    return backend->ops->info(backend, out);
+}
+
+gm_status gm_backend_counters(gm_backend *backend, gm_device_counters *out)
+{
+    if (!backend || !out)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_backend_counters: NULL argument");
+    memset(out, 0, sizeof *out);
+    for (int k = 0; k < GM_CALL_KINDS; k++) {
+        out->calls[k] = atomic_load_explicit(&backend->calls[k], memory_order_relaxed);
+        out->time_ns[k] = atomic_load_explicit(&backend->time_ns[k], memory_order_relaxed);
+    }
+    out->copy_bytes = atomic_load_explicit(&backend->copy_bytes, memory_order_relaxed);
+    return GM_OK;
+}
+
+const char *gm_call_str(gm_call call)
+{
+    static const char *const names[GM_CALL_KINDS] = {
+        [GM_CALL_MEM_ALLOC] = "mem_alloc",       [GM_CALL_MEM_FREE] = "mem_free",
+        [GM_CALL_VA_RESERVE] = "va_reserve",     [GM_CALL_VA_RELEASE] = "va_release",
+        [GM_CALL_PHYS_CREATE] = "phys_create",   [GM_CALL_PHYS_RELEASE] = "phys_release",
+        [GM_CALL_MAP] = "map",                   [GM_CALL_UNMAP] = "unmap",
+        [GM_CALL_COPY] = "copy",                 [GM_CALL_EVENT_CREATE] = "event_create",
+        [GM_CALL_EVENT_DESTROY] = "event_destroy", [GM_CALL_EVENT_RECORD] = "event_record",
+        [GM_CALL_EVENT_QUERY] = "event_query",   [GM_CALL_STREAM_WAIT] = "stream_wait",
+        [GM_CALL_MEM_INFO] = "mem_info",
+    };
+    if ((unsigned)call >= GM_CALL_KINDS)
+        return "unknown";
+    return names[call];
+}

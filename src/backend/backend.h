@@ -1,0 +1,102 @@
+/*
+ * The backend interface: the only way gpumem talks to a device (docs/backends.md).
+ *
+ * A backend is a method table plus capabilities as data. Two implementations: `sim`
+ * (simulated GPU, src/backend/sim.c) and `cuda` (driver API through dlopen, src/backend/cuda.c).
+ * `fault.c` wraps any backend and fails chosen calls, for fault-injection tests.
+ *
+ * Addresses are uintptr_t here (device addresses, never dereferenced by the allocator).
+ * Every method is thread-safe. Every method that makes a device call bumps
+ * counters.calls[kind] and charges counters.time_ns[kind] (sim: the H200 cost model of
+ * ../shared/ANCHORS.md; cuda: measured wall time) through backend_charge().
+ *
+ * Failure contract: a method that fails leaves no partial effect (a failed map maps nothing, a
+ * failed reserve reserves nothing) and records a message with backend_set_error().
+ */
+#ifndef GM_BACKEND_H
+#define GM_BACKEND_H
+
+#include "gpumem.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+typedef uint64_t gm_phys;  /* a physical page run (CUmemGenericAllocationHandle); 0 = none */
+typedef uintptr_t gm_event;/* an event (CUevent); 0 = none */
+
+typedef struct gm_backend_caps {
+    bool vmm;               /* va_reserve / phys_create / map / unmap are available */
+    size_t vmm_granularity; /* physical page size (power of two), 0 without VMM */
+    size_t capacity;        /* device memory in bytes */
+    bool host_backed;       /* sim: addresses have host bytes behind them */
+    bool simulated;         /* device time is modeled, not measured */
+} gm_backend_caps;
+
+typedef struct gm_backend_ops {
+    /* Plain segments (cuMemAlloc / cuMemFree). mem_alloc fails with GM_ERR_OUT_OF_MEMORY when
+     * the device cannot supply `size`. Returned addresses are 2 MiB-aligned on sim, 512-aligned
+     * at least on cuda. */
+    gm_status (*mem_alloc)(gm_backend *b, size_t size, uintptr_t *out);
+    gm_status (*mem_free)(gm_backend *b, uintptr_t addr);
+
+    /* VMM: reserve / release a virtual range (no memory behind it). size and align are
+     * multiples of the granularity. */
+    gm_status (*va_reserve)(gm_backend *b, size_t size, size_t align, uintptr_t *out);
+    gm_status (*va_release)(gm_backend *b, uintptr_t addr, size_t size);
+    /* Physical memory: `size` is a multiple of the granularity. OOM when the device is full. */
+    gm_status (*phys_create)(gm_backend *b, size_t size, gm_phys *out);
+    gm_status (*phys_release)(gm_backend *b, gm_phys phys);
+    /* Map `phys` (whole) at `addr` inside a reserved range and make it read-write for this
+     * device (cuMemMap + cuMemSetAccess, undone together on failure). */
+    gm_status (*map)(gm_backend *b, uintptr_t addr, size_t size, gm_phys phys);
+    gm_status (*unmap)(gm_backend *b, uintptr_t addr, size_t size);
+
+    /* Device-to-device copy of `size` bytes, ordered on `stream`. Ranges may not overlap. */
+    gm_status (*copy)(gm_backend *b, uintptr_t dst, uintptr_t src, size_t size, gm_stream s);
+
+    /* Streams and events. event_query returns GM_OK when complete, GM_ERR_NOT_READY if not. */
+    gm_status (*event_create)(gm_backend *b, gm_event *out);
+    gm_status (*event_destroy)(gm_backend *b, gm_event ev);
+    gm_status (*event_record)(gm_backend *b, gm_event ev, gm_stream s);
+    gm_status (*event_query)(gm_backend *b, gm_event ev);
+    gm_status (*stream_wait_event)(gm_backend *b, gm_stream s, gm_event ev);
+    gm_status (*stream_sync)(gm_backend *b, gm_stream s);
+
+    gm_status (*mem_info)(gm_backend *b, size_t *free_bytes, size_t *total_bytes);
+    gm_status (*info)(gm_backend *b, gm_device_info *out);
+    /* Monotonic device clock in ns: simulated time on sim (advanced by charged costs and
+     * gm_sim_advance_clock), CLOCK_MONOTONIC on cuda. */
+    uint64_t (*clock_ns)(gm_backend *b);
+
+    void (*destroy)(gm_backend *b);
+} gm_backend_ops;
+
+struct gm_backend {
+    const gm_backend_ops *ops;
+    gm_backend_caps caps;
+    _Atomic uint64_t calls[GM_CALL_KINDS];
+    _Atomic uint64_t time_ns[GM_CALL_KINDS];
+    _Atomic uint64_t copy_bytes;
+};
+
+/* Initialise the common part of a backend. */
+void backend_init(gm_backend *b, const gm_backend_ops *ops, const gm_backend_caps *caps);
+/* Count one call of `kind` and charge it `ns` of device time. */
+void backend_charge(gm_backend *b, gm_call kind, uint64_t ns);
+/* Record a backend error message for this thread (printf-style); returns `st`. */
+gm_status backend_set_error(gm_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* H200 cost model (../shared/ANCHORS.md), in ns, for a call of `kind` on `size` bytes;
+ * interpolated linearly in log2(size) between the measured sizes. */
+uint64_t cost_model_ns(gm_call kind, size_t size);
+
+/* Fault injection (src/backend/fault.c): a backend that forwards to `inner` but fails the
+ * `fail_at`-th device-memory call (1-based; 0 = never) with GM_ERR_OUT_OF_MEMORY (alloc-like
+ * calls) or GM_ERR_BACKEND (others). `calls_seen` counts calls that were eligible. The wrapper
+ * does not own `inner`. */
+gm_status fault_backend_create(gm_backend *inner, gm_backend **out);
+void fault_backend_set(gm_backend *fault, uint64_t fail_at, bool fail_persistently);
+uint64_t fault_backend_calls_seen(gm_backend *fault);
+
+#endif /* GM_BACKEND_H */

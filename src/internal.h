@@ -1,0 +1,212 @@
+/*
+ * Internal types shared by the pool layers (docs/architecture.md).
+ *
+ *   gm_pool ─┬─ heaps[] (one per stream that allocated: PyTorch's rule that free memory is
+ *            │           reused at once only by its own stream)
+ *            │    └─ arenas[SMALL, LARGE] ─ one strategy instance (tlsf) over its spans
+ *            │          └─ spans: plain segments, or one VMM virtual range with a page table
+ *            ├─ live map: address → block, for gm_free in O(1)
+ *            └─ pending: blocks freed while other streams may still use them (events)
+ *
+ * A block is a host-side record of a contiguous device range inside one span. Blocks of a span
+ * tile it exactly, in address order (phys_prev/phys_next). Free blocks are in the strategy's
+ * free lists; live blocks are in the live map. Nothing is ever written to device memory.
+ */
+#ifndef GM_INTERNAL_H
+#define GM_INTERNAL_H
+
+#include "backend.h"
+#include "gpumem.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef GM_DEBUG
+#define GM_DEBUG 1
+#endif
+
+enum {
+    ARENA_SMALL = 0,
+    ARENA_LARGE = 1,
+    ARENA_COUNT = 2,
+};
+
+#define BLOCK_FREE 1u
+#define BLOCK_PENDING 2u
+
+typedef struct gm_span gm_span;
+typedef struct gm_arena gm_arena;
+typedef struct gm_heap gm_heap;
+
+typedef struct gm_block {
+    uintptr_t addr;
+    size_t size;      /* granted bytes */
+    size_t requested; /* bytes the program asked for (live blocks); 0 when free */
+    struct gm_block *phys_prev, *phys_next; /* neighbours in address order, same span */
+    struct gm_block *free_prev, *free_next; /* strategy free list; pending list */
+    gm_span *span;
+    gm_stream *extra_streams; /* streams added by gm_record_stream (heap array) */
+    uint32_t extra_count, flags;
+} gm_block;
+
+struct gm_span {
+    uintptr_t base;
+    size_t size;
+    gm_block *first;      /* lowest-address block */
+    gm_span *prev, *next; /* the arena's spans */
+    gm_arena *arena;
+    size_t live_blocks;   /* blocks of this span not free (live or pending) */
+    bool vmm;             /* a VMM virtual range (pages mapped on demand) */
+    bool pinned;          /* the initial reserve: released only by gm_trim */
+};
+
+/* One page of a VMM range. users = live blocks overlapping the page; a mapped page with no
+ * users sits on the arena's idle list (the candidates for unmapping or recycling). */
+typedef struct vmm_page {
+    gm_phys phys; /* 0 = unmapped */
+    uint32_t users;
+    bool fresh; /* mapped by the pages_acquire call in progress */
+    uint32_t idle_prev, idle_next; /* PAGE_NONE = none */
+} vmm_page;
+#define PAGE_NONE UINT32_MAX
+
+/* Two-level segregated fit (strategy/tlsf.c). Sizes are multiples of TLSF_ALIGN. */
+enum {
+    TLSF_ALIGN_LOG2 = 9,
+    TLSF_SL_LOG2 = 5,
+    TLSF_SL_COUNT = 1 << TLSF_SL_LOG2,
+    TLSF_FL_SHIFT = TLSF_SL_LOG2 + TLSF_ALIGN_LOG2, /* sizes below 2^FL_SHIFT are class 0 */
+    TLSF_FL_COUNT = 64 - TLSF_FL_SHIFT + 1,
+};
+#define TLSF_ALIGN ((size_t)1 << TLSF_ALIGN_LOG2)
+static_assert(GM_ALIGNMENT == TLSF_ALIGN, "blocks are GM_ALIGNMENT-granular");
+static_assert(TLSF_FL_COUNT <= 64, "first-level bitmap is one uint64_t");
+
+typedef struct tlsf {
+    uint64_t fl_bitmap;
+    uint32_t sl_bitmap[TLSF_FL_COUNT];
+    gm_block *heads[TLSF_FL_COUNT][TLSF_SL_COUNT];
+    size_t free_blocks;
+} tlsf;
+
+struct gm_arena {
+    gm_heap *heap;
+    int kind;  /* ARENA_SMALL / ARENA_LARGE */
+    tlsf free; /* free blocks of every span of this arena */
+    gm_span *spans;
+    size_t span_count;
+    /* VMM only: the one span and its page table. */
+    vmm_page *pages;
+    uintptr_t vbase;
+    unsigned page_shift;
+    size_t page_count, mapped_pages, page_hwm; /* hwm: highest page ever mapped + 1 */
+    uint32_t idle_head;
+    size_t idle_pages;
+};
+
+struct gm_heap {
+    gm_stream stream;
+    gm_arena arenas[ARENA_COUNT];
+};
+
+/* Open-addressing map from block address to live block. */
+typedef struct block_map {
+    gm_block **slots;
+    size_t cap, count; /* cap is a power of two; load <= 1/2 */
+} block_map;
+
+typedef struct block_chunk block_chunk;
+
+struct gm_pool {
+    gm_backend *backend;
+    gm_config cfg; /* every default resolved */
+    pthread_mutex_t lock;
+    size_t limit;  /* effective cap on reserved bytes */
+    size_t granularity;
+
+    gm_heap *heaps;
+    size_t heap_count, heap_cap;
+    block_map live;
+    gm_block *pending; /* freed blocks waiting for other streams' events */
+    gm_event *events;  /* pooled events, free for reuse */
+    size_t event_count, event_cap;
+    gm_stream *synced_streams; /* streams that freed memory: synced before unmapping */
+    size_t synced_count, synced_cap;
+
+    block_chunk *chunks; /* storage of block records */
+    gm_block *spare_blocks;
+
+    /* counters (all under lock) */
+    size_t live_bytes, peak_live, allocated_bytes, peak_allocated, reserved_bytes, peak_reserved;
+    size_t live_blocks, segment_count;
+    uint64_t alloc_count, free_count, oom_count;
+    uint64_t device_calls[GM_CALL_KINDS];
+    uint64_t device_time_ns;
+
+    gm_error_fn error_fn;
+    void *error_user;
+    char error_text[1024];
+};
+
+/* --- pool.c --- */
+gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+gm_status pool_unlock(gm_pool *pool, gm_status st); /* unlock; publish a failure */
+gm_status fail_no_pool(gm_status st, const char *fn, const char *what);
+gm_block *map_lookup(const block_map *m, uintptr_t addr);
+void pool_note_reserved_locked(gm_pool *pool, size_t bytes, bool grow);
+gm_block *block_new_locked(gm_pool *pool);
+void block_delete_locked(gm_pool *pool, gm_block *b);
+
+/* --- strategy/tlsf.c: best fit over the free blocks of one arena --- */
+void tlsf_init(tlsf *t);
+void tlsf_insert(tlsf *t, gm_block *b);
+void tlsf_remove(tlsf *t, gm_block *b);
+gm_block *tlsf_find(tlsf *t, size_t size); /* smallest-class free block >= size, or NULL */
+gm_status tlsf_check(const tlsf *t, size_t *free_blocks_out, char *why, size_t why_len);
+
+/* --- segment.c: spans, device calls, VMM pages --- */
+gm_status seg_call_locked(gm_pool *pool, gm_call kind, gm_status st, uint64_t t0);
+gm_status span_create_plain_locked(gm_pool *pool, gm_arena *a, size_t size, gm_span **out);
+gm_status span_create_vmm_locked(gm_pool *pool, gm_arena *a);
+void span_release_locked(gm_pool *pool, gm_span *s);
+gm_status pages_acquire_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);
+void pages_drop_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);
+size_t pages_unmap_idle_locked(gm_pool *pool, gm_arena *a, size_t max_pages);
+size_t release_free_memory_locked(gm_pool *pool, size_t target);
+void sync_streams_locked(gm_pool *pool);
+size_t vmm_page_of(const gm_arena *a, uintptr_t addr);
+
+/* --- stats.c --- */
+typedef struct free_summary {
+    size_t total, largest;
+    uint64_t histogram[GM_HISTOGRAM_BINS];
+} free_summary;
+void free_summary_locked(gm_pool *pool, free_summary *out);
+gm_status pool_check_locked(gm_pool *pool);
+unsigned histogram_bin(size_t size);
+
+/* --- small helpers --- */
+static inline size_t round_up(size_t v, size_t to) /* `to` a power of two; no overflow check */
+{
+    return (v + to - 1) & ~(to - 1);
+}
+static inline bool is_pow2(size_t v)
+{
+    return v && !(v & (v - 1));
+}
+static inline unsigned floor_log2(size_t v)
+{
+    return 63u - (unsigned)__builtin_clzll((unsigned long long)v);
+}
+static inline bool block_is_free(const gm_block *b)
+{
+    return (b->flags & BLOCK_FREE) != 0;
+}
+
+#define POOL_ASSERT_LOCKED(pool) ((void)(pool))
+
+#endif /* GM_INTERNAL_H */

@@ -1,0 +1,986 @@
+/*
+ * The pool: gpumem's front door (DESIGN.md §2).
+ *
+ * gm_alloc:  round the size -> the stream's heap -> small or large arena -> strategy fit
+ *            -> (miss) grow the arena -> (device full) release free memory and retry -> OOM.
+ * gm_free:   live map lookup -> if no other stream used the block, back to the strategy at
+ *            once (coalescing with free neighbours); otherwise record an event on each other
+ *            stream and keep the block pending until they have all completed.
+ *
+ * Streams (DESIGN.md §3). Free memory is owned by the heap of the stream that allocated it, so a
+ * block freed on its own stream is reused at once by later work on that stream and never by
+ * another stream (PyTorch's rule); gm_record_stream and a free on a foreign stream defer reuse
+ * behind events. Cross-stream reuse after an event has completed is the caching layer's job.
+ *
+ * One mutex guards a pool; every function named *_locked runs under it. Errors leave the pool
+ * as it was, record their message, and reach the error callback after the lock is dropped.
+ *
+ * Bounds: alloc and free are O(1) when served from reserved memory (TLSF, hash map); growth and
+ * release make device calls; VMM work is O(pages covered by the block).
+ */
+#include "internal.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { BLOCK_CHUNK_COUNT = 1024 };
+static const size_t MIB = (size_t)1 << 20;
+
+struct block_chunk {
+    block_chunk *next;
+    gm_block blocks[BLOCK_CHUNK_COUNT];
+};
+
+static _Thread_local char tls_error[1024];
+static _Thread_local const gm_pool *tls_error_pool;
+
+/* ---------------------------------------------------------------- errors */
+
+gm_status fail_no_pool(gm_status st, const char *fn, const char *what)
+{
+    if (snprintf(tls_error, sizeof tls_error, "%s: %s", fn, what) < 0)
+        tls_error[0] = '\0';
+    tls_error_pool = NULL;
+    return st;
+}
+
+gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pool->error_text, sizeof pool->error_text, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* Drop the lock; on failure publish the message to this thread and the callback. */
+gm_status pool_unlock(gm_pool *pool, gm_status st)
+{
+    gm_error_fn fn = NULL;
+    void *user = NULL;
+    if (st != GM_OK) {
+        memcpy(tls_error, pool->error_text, sizeof tls_error);
+        tls_error_pool = pool;
+        fn = pool->error_fn;
+        user = pool->error_user;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    if (fn)
+        fn(user, st, tls_error);
+    return st;
+}
+
+const char *gm_last_error(gm_pool *pool)
+{
+    if (!pool || tls_error_pool == pool)
+        return tls_error;
+    pthread_mutex_lock(&pool->lock);
+    memcpy(tls_error, pool->error_text, sizeof tls_error);
+    pthread_mutex_unlock(&pool->lock);
+    tls_error_pool = pool;
+    return tls_error;
+}
+
+gm_status gm_pool_set_error_callback(gm_pool *pool, gm_error_fn fn, void *user)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_set_error_callback", "pool is NULL");
+    pthread_mutex_lock(&pool->lock);
+    pool->error_fn = fn;
+    pool->error_user = user;
+    return pool_unlock(pool, GM_OK);
+}
+
+/* ---------------------------------------------------------------- block records */
+
+gm_block *block_new_locked(gm_pool *pool)
+{
+    if (!pool->spare_blocks) {
+        block_chunk *c = malloc(sizeof *c);
+        if (!c)
+            return NULL;
+        c->next = pool->chunks;
+        pool->chunks = c;
+        for (size_t i = 0; i < BLOCK_CHUNK_COUNT; i++) {
+            c->blocks[i].free_next = pool->spare_blocks;
+            pool->spare_blocks = &c->blocks[i];
+        }
+    }
+    gm_block *b = pool->spare_blocks;
+    pool->spare_blocks = b->free_next;
+    memset(b, 0, sizeof *b);
+    return b;
+}
+
+void block_delete_locked(gm_pool *pool, gm_block *b)
+{
+    free(b->extra_streams);
+    b->extra_streams = NULL;
+    b->free_next = pool->spare_blocks;
+    pool->spare_blocks = b;
+}
+
+/* ---------------------------------------------------------------- live map */
+
+static size_t map_slot(const block_map *m, uintptr_t addr)
+{
+    uint64_t h = (uint64_t)(addr >> TLSF_ALIGN_LOG2) * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 32) & (m->cap - 1);
+}
+
+static bool map_grow(block_map *m)
+{
+    size_t cap = m->cap ? m->cap * 2 : 1024;
+    gm_block **slots = calloc(cap, sizeof *slots);
+    if (!slots)
+        return false;
+    block_map next = {slots, cap, 0};
+    for (size_t i = 0; i < m->cap; i++) {
+        gm_block *b = m->slots[i];
+        if (!b)
+            continue;
+        size_t j = map_slot(&next, b->addr);
+        while (next.slots[j])
+            j = (j + 1) & (cap - 1);
+        next.slots[j] = b;
+        next.count++;
+    }
+    free(m->slots);
+    *m = next;
+    return true;
+}
+
+static bool map_insert(block_map *m, gm_block *b)
+{
+    if ((m->count + 1) * 2 > m->cap && !map_grow(m))
+        return false;
+    size_t j = map_slot(m, b->addr);
+    while (m->slots[j])
+        j = (j + 1) & (m->cap - 1);
+    m->slots[j] = b;
+    m->count++;
+    return true;
+}
+
+static size_t map_find(const block_map *m, uintptr_t addr)
+{
+    if (!m->cap)
+        return SIZE_MAX;
+    for (size_t j = map_slot(m, addr);; j = (j + 1) & (m->cap - 1)) {
+        if (!m->slots[j])
+            return SIZE_MAX;
+        if (m->slots[j]->addr == addr)
+            return j;
+    }
+}
+
+gm_block *map_lookup(const block_map *m, uintptr_t addr)
+{
+    size_t j = map_find(m, addr);
+    return j == SIZE_MAX ? NULL : m->slots[j];
+}
+
+/* Remove slot j, shifting later entries of its probe run back (no tombstones). */
+static void map_erase(block_map *m, size_t j)
+{
+    size_t mask = m->cap - 1;
+    m->slots[j] = NULL;
+    m->count--;
+    for (size_t k = (j + 1) & mask; m->slots[k]; k = (k + 1) & mask) {
+        size_t home = map_slot(m, m->slots[k]->addr);
+        bool movable = j <= k ? (home <= j || home > k) : (home <= j && home > k);
+        if (movable) {
+            m->slots[j] = m->slots[k];
+            m->slots[k] = NULL;
+            j = k;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- counters */
+
+void pool_note_reserved_locked(gm_pool *pool, size_t bytes, bool grow)
+{
+    if (!grow) {
+        pool->reserved_bytes -= bytes;
+        return;
+    }
+    pool->reserved_bytes += bytes;
+    if (pool->reserved_bytes > pool->peak_reserved)
+        pool->peak_reserved = pool->reserved_bytes;
+}
+
+static void note_live(gm_pool *pool, const gm_block *b, bool alloc)
+{
+    if (!alloc) {
+        pool->live_bytes -= b->requested;
+        pool->allocated_bytes -= b->size;
+        pool->live_blocks--;
+        return;
+    }
+    pool->live_bytes += b->requested;
+    pool->allocated_bytes += b->size;
+    pool->live_blocks++;
+    if (pool->live_bytes > pool->peak_live)
+        pool->peak_live = pool->live_bytes;
+    if (pool->allocated_bytes > pool->peak_allocated)
+        pool->peak_allocated = pool->allocated_bytes;
+}
+
+/* ---------------------------------------------------------------- config */
+
+static gm_status resolve_config(const gm_backend *be, const gm_config *in, gm_config *c,
+                                char *why, size_t why_len)
+{
+    *c = in ? *in : (gm_config){0};
+    if (c->strategy == GM_STRATEGY_DEFAULT)
+        c->strategy = GM_STRATEGY_TLSF;
+    if (c->segments == GM_SEGMENTS_DEFAULT)
+        c->segments = GM_SEGMENTS_PLAIN;
+    if (c->release == GM_RELEASE_DEFAULT)
+        c->release = GM_RELEASE_BEFORE_GROW;
+    if (!c->min_block_bytes)
+        c->min_block_bytes = GM_ALIGNMENT;
+    if (!c->small_request_max)
+        c->small_request_max = 1 * MIB;
+    if (!c->small_segment_bytes)
+        c->small_segment_bytes = 2 * MIB;
+    if (!c->large_request_min)
+        c->large_request_min = 10 * MIB;
+    if (!c->medium_segment_bytes)
+        c->medium_segment_bytes = 20 * MIB;
+    if (!c->segment_rounding)
+        c->segment_rounding = 2 * MIB;
+    if (!c->vmm_reserve_bytes)
+        c->vmm_reserve_bytes = be->caps.capacity;
+
+    const char *bad = NULL;
+    if ((unsigned)c->strategy >= GM_STRATEGY_COUNT)
+        bad = "strategy: unknown value";
+    else if ((unsigned)c->segments >= GM_SEGMENTS_COUNT)
+        bad = "segments: unknown value";
+    else if ((unsigned)c->release >= GM_RELEASE_COUNT)
+        bad = "release: unknown value";
+    else if (!is_pow2(c->min_block_bytes) || c->min_block_bytes < GM_ALIGNMENT)
+        bad = "min_block_bytes must be a power of two >= 512";
+    else if (!is_pow2(c->segment_rounding) || c->segment_rounding < GM_ALIGNMENT)
+        bad = "segment_rounding must be a power of two >= 512";
+    else if (c->small_request_max > c->small_segment_bytes)
+        bad = "small_request_max must not exceed small_segment_bytes";
+    else if (c->large_request_min > c->medium_segment_bytes)
+        bad = "large_request_min must not exceed medium_segment_bytes";
+    else if (!(c->reserve_limit_fraction >= 0.0 && c->reserve_limit_fraction <= 1.0))
+        bad = "reserve_limit_fraction must be in [0, 1]";
+    else if (c->roundup_power2_divisions > 64 || (c->roundup_power2_divisions &&
+                                                  !is_pow2(c->roundup_power2_divisions)))
+        bad = "roundup_power2_divisions must be 0 or a power of two <= 64";
+    if (bad) {
+        snprintf(why, why_len, "gm_pool_create: invalid config: %s", bad);
+        return GM_ERR_INVALID_ARGUMENT;
+    }
+    if (c->segments == GM_SEGMENTS_VMM && !be->caps.vmm) {
+        snprintf(why, why_len, "gm_pool_create: segments=vmm but the device has no VMM support");
+        return GM_ERR_UNSUPPORTED;
+    }
+    return GM_OK;
+}
+
+static size_t effective_limit(const gm_config *c, size_t capacity)
+{
+    size_t limit = SIZE_MAX;
+    if (c->reserve_limit_bytes)
+        limit = c->reserve_limit_bytes;
+    if (c->reserve_limit_fraction > 0.0) {
+        size_t frac = (size_t)((double)capacity * c->reserve_limit_fraction);
+        if (frac < limit)
+            limit = frac;
+    }
+    return limit;
+}
+
+gm_status gm_pool_config(gm_pool *pool, gm_config *out)
+{
+    if (!pool || !out)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_config", "NULL argument");
+    pthread_mutex_lock(&pool->lock);
+    *out = pool->cfg;
+    out->error_callback = pool->error_fn;
+    out->error_user = pool->error_user;
+    return pool_unlock(pool, GM_OK);
+}
+
+/* ---------------------------------------------------------------- heaps */
+
+static gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream, bool create)
+{
+    for (size_t i = 0; i < pool->heap_count; i++)
+        if (pool->heaps[i].stream == stream)
+            return &pool->heaps[i];
+    if (!create)
+        return NULL;
+    if (pool->heap_count == pool->heap_cap) {
+        /* Arenas point back at their heap and spans at their arena: re-point them. */
+        size_t cap = pool->heap_cap ? pool->heap_cap * 2 : 4;
+        gm_heap *heaps = calloc(cap, sizeof *heaps);
+        if (!heaps)
+            return NULL;
+        if (pool->heap_count)
+            memcpy(heaps, pool->heaps, pool->heap_count * sizeof *heaps);
+        for (size_t i = 0; i < pool->heap_count; i++)
+            for (int k = 0; k < ARENA_COUNT; k++) {
+                gm_arena *a = &heaps[i].arenas[k];
+                a->heap = &heaps[i];
+                for (gm_span *s = a->spans; s; s = s->next)
+                    s->arena = a;
+            }
+        free(pool->heaps);
+        pool->heaps = heaps;
+        pool->heap_cap = cap;
+    }
+    gm_heap *h = &pool->heaps[pool->heap_count++];
+    memset(h, 0, sizeof *h);
+    h->stream = stream;
+    for (int k = 0; k < ARENA_COUNT; k++) {
+        h->arenas[k].heap = h;
+        h->arenas[k].kind = k;
+        h->arenas[k].idle_head = PAGE_NONE;
+        tlsf_init(&h->arenas[k].free);
+    }
+    return h;
+}
+
+/* ---------------------------------------------------------------- sizes */
+
+/* Granted size for a request, or 0 if it cannot be represented. */
+static size_t granted_size(const gm_pool *pool, size_t size)
+{
+    size_t g = pool->cfg.min_block_bytes;
+    if (size > SIZE_MAX / 2)
+        return 0;
+    size_t r = round_up(size, g);
+    unsigned div = pool->cfg.roundup_power2_divisions;
+    if (div > 1 && r >= MIB) {
+        size_t floor = (size_t)1 << floor_log2(r);
+        size_t step = floor / div;
+        if (step >= g)
+            r = round_up(r, step);
+    }
+    return r;
+}
+
+/* Bytes of a new plain segment for a block of `granted` bytes in arena kind `kind`. */
+static size_t plain_segment_size(const gm_pool *pool, int kind, size_t granted)
+{
+    const gm_config *c = &pool->cfg;
+    if (kind == ARENA_SMALL && granted <= c->small_segment_bytes)
+        return c->small_segment_bytes;
+    if (kind == ARENA_LARGE && granted < c->large_request_min)
+        return c->medium_segment_bytes;
+    return round_up(granted, c->segment_rounding);
+}
+
+/* ---------------------------------------------------------------- fit, split, coalesce */
+
+/* Take `size` bytes from the front of free block b. */
+static gm_status block_take_locked(gm_pool *pool, gm_arena *a, gm_block *b, size_t size)
+{
+    tlsf_remove(&a->free, b);
+    if (b->size - size >= TLSF_ALIGN) {
+        gm_block *rest = block_new_locked(pool);
+        if (!rest) {
+            tlsf_insert(&a->free, b);
+            return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "host memory exhausted (block)");
+        }
+        rest->addr = b->addr + size;
+        rest->size = b->size - size;
+        rest->span = b->span;
+        rest->flags = BLOCK_FREE;
+        rest->phys_prev = b;
+        rest->phys_next = b->phys_next;
+        if (b->phys_next)
+            b->phys_next->phys_prev = rest;
+        b->phys_next = rest;
+        b->size = size;
+        tlsf_insert(&a->free, rest);
+    }
+    b->flags = 0;
+    b->span->live_blocks++;
+    return GM_OK;
+}
+
+/* Merge free block `next` into `b` (its lower neighbour). */
+static void block_absorb(gm_pool *pool, gm_block *b, gm_block *next)
+{
+    b->size += next->size;
+    b->phys_next = next->phys_next;
+    if (next->phys_next)
+        next->phys_next->phys_prev = b;
+    block_delete_locked(pool, next);
+}
+
+/* Put free block b on its arena's free lists, merged with its free neighbours. */
+static void block_coalesce_insert_locked(gm_pool *pool, gm_arena *a, gm_block *b)
+{
+    gm_block *next = b->phys_next, *prev = b->phys_prev;
+    if (next && block_is_free(next)) {
+        tlsf_remove(&a->free, next);
+        block_absorb(pool, b, next);
+    }
+    if (prev && block_is_free(prev)) {
+        tlsf_remove(&a->free, prev);
+        block_absorb(pool, prev, b);
+        b = prev;
+    }
+    tlsf_insert(&a->free, b);
+}
+
+/* Mark a taken block free again and return it to the free lists (no page bookkeeping). */
+static void block_untake_locked(gm_pool *pool, gm_block *b)
+{
+    gm_span *s = b->span;
+    b->flags = BLOCK_FREE;
+    b->requested = 0;
+    free(b->extra_streams);
+    b->extra_streams = NULL;
+    b->extra_count = 0;
+    s->live_blocks--;
+    block_coalesce_insert_locked(pool, s->arena, b);
+}
+
+/* Return a no-longer-used block to its arena, then apply the eager release policy. */
+static void block_release_locked(gm_pool *pool, gm_block *b)
+{
+    gm_span *s = b->span;
+    if (s->vmm)
+        pages_drop_locked(pool, s->arena, b->addr, b->size);
+    block_untake_locked(pool, b);
+    if (s->live_blocks == 0 && !s->vmm && !s->pinned && pool->cfg.release == GM_RELEASE_EAGER)
+        span_release_locked(pool, s);
+}
+
+/* ---------------------------------------------------------------- growth */
+
+/* Make room under the cap (and, with BEFORE_GROW, under the peak so far) for `need` new bytes
+ * by releasing free memory of the pool. */
+static void make_room_locked(gm_pool *pool, size_t need)
+{
+    size_t cap = pool->limit;
+    if (pool->cfg.release == GM_RELEASE_BEFORE_GROW && pool->peak_reserved < cap)
+        cap = pool->peak_reserved;
+    if (pool->reserved_bytes + need > cap)
+        release_free_memory_locked(pool, cap > need ? cap - need : 0);
+}
+
+static gm_status grow_plain_locked(gm_pool *pool, gm_arena *a, size_t granted)
+{
+    size_t seg = plain_segment_size(pool, a->kind, granted);
+    size_t exact = round_up(granted, pool->cfg.segment_rounding);
+    if (seg > exact && pool->reserved_bytes + seg > pool->limit)
+        seg = exact; /* a medium segment does not fit under the cap: try just the block */
+    make_room_locked(pool, seg);
+    if (pool->reserved_bytes + seg > pool->limit)
+        return GM_ERR_OUT_OF_MEMORY;
+    gm_span *s = NULL;
+    gm_status st = span_create_plain_locked(pool, a, seg, &s);
+    if (st == GM_ERR_OUT_OF_MEMORY && seg > exact)
+        st = span_create_plain_locked(pool, a, exact, &s);
+    return st;
+}
+
+/* Find a block for `granted` bytes in arena a, growing the arena if needed. */
+static gm_status arena_alloc_locked(gm_pool *pool, gm_arena *a, size_t granted, gm_block **out)
+{
+    bool vmm = pool->cfg.segments == GM_SEGMENTS_VMM;
+    if (vmm && !a->spans) {
+        gm_status st = span_create_vmm_locked(pool, a);
+        if (st != GM_OK)
+            return st;
+    }
+    gm_block *b = tlsf_find(&a->free, granted);
+    if (!b && !vmm) {
+        gm_status st = grow_plain_locked(pool, a, granted);
+        if (st != GM_OK)
+            return st;
+        b = tlsf_find(&a->free, granted);
+    }
+    if (!b)
+        return GM_ERR_OUT_OF_MEMORY; /* VMM: the virtual range is exhausted */
+    gm_status st = block_take_locked(pool, a, b, granted);
+    if (st != GM_OK)
+        return st;
+    if (vmm) {
+        st = pages_acquire_locked(pool, a, b->addr, b->size);
+        if (st != GM_OK) {
+            block_untake_locked(pool, b);
+            return st;
+        }
+    }
+    *out = b;
+    return GM_OK;
+}
+
+/* ---------------------------------------------------------------- pending frees */
+
+static gm_status event_get_locked(gm_pool *pool, gm_event *out)
+{
+    if (pool->event_count) {
+        *out = pool->events[--pool->event_count];
+        return GM_OK;
+    }
+    gm_backend *be = pool->backend;
+    uint64_t t0 = be->ops->clock_ns(be);
+    return seg_call_locked(pool, GM_CALL_EVENT_CREATE, be->ops->event_create(be, out), t0);
+}
+
+static void event_put_locked(gm_pool *pool, gm_event ev)
+{
+    if (pool->event_count == pool->event_cap) {
+        size_t cap = pool->event_cap ? pool->event_cap * 2 : 16;
+        gm_event *events = realloc(pool->events, cap * sizeof *events);
+        if (!events) {
+            (void)pool->backend->ops->event_destroy(pool->backend, ev);
+            return;
+        }
+        pool->events = events;
+        pool->event_cap = cap;
+    }
+    pool->events[pool->event_count++] = ev;
+}
+
+/* A pending block keeps the events it waits for in its extra_streams storage, reinterpreted as
+ * a gm_event array of extra_count entries (the streams are no longer needed once recorded). */
+static bool block_events_done_locked(gm_pool *pool, gm_block *b)
+{
+    gm_backend *be = pool->backend;
+    gm_event *events = (gm_event *)(void *)b->extra_streams;
+    while (b->extra_count) {
+        gm_event ev = events[b->extra_count - 1];
+        uint64_t t0 = be->ops->clock_ns(be);
+        gm_status st = seg_call_locked(pool, GM_CALL_EVENT_QUERY, be->ops->event_query(be, ev), t0);
+        if (st == GM_ERR_NOT_READY)
+            return false;
+        event_put_locked(pool, ev);
+        b->extra_count--;
+    }
+    return true;
+}
+
+static void process_pending_locked(gm_pool *pool)
+{
+    gm_block **link = &pool->pending;
+    while (*link) {
+        gm_block *b = *link;
+        if (!block_events_done_locked(pool, b)) {
+            link = &b->free_next;
+            continue;
+        }
+        *link = b->free_next;
+        b->free_next = NULL;
+        b->flags &= ~BLOCK_PENDING;
+        block_release_locked(pool, b);
+    }
+}
+
+static void note_stream_for_sync(gm_pool *pool, gm_stream s)
+{
+    for (size_t i = 0; i < pool->synced_count; i++)
+        if (pool->synced_streams[i] == s)
+            return;
+    if (pool->synced_count == pool->synced_cap) {
+        size_t cap = pool->synced_cap ? pool->synced_cap * 2 : 8;
+        gm_stream *v = realloc(pool->synced_streams, cap * sizeof *v);
+        if (!v) {
+            (void)pool->backend->ops->stream_sync(pool->backend, s); /* cannot remember: wait */
+            return;
+        }
+        pool->synced_streams = v;
+        pool->synced_cap = cap;
+    }
+    pool->synced_streams[pool->synced_count++] = s;
+}
+
+static bool stream_listed(const gm_stream *streams, uint32_t n, gm_stream s)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (streams[i] == s)
+            return true;
+    return false;
+}
+
+/* Defer a freed block behind events on every stream other than its heap's that used it. */
+static void free_deferred_locked(gm_pool *pool, gm_block *b, gm_stream free_stream)
+{
+    gm_stream own = b->span->arena->heap->stream;
+    gm_stream *streams = b->extra_streams;
+    uint32_t n = b->extra_count;
+    gm_event *events = malloc(((size_t)n + 1) * sizeof *events);
+    uint32_t recorded = 0;
+    gm_backend *be = pool->backend;
+    for (uint32_t i = 0; i <= n; i++) {
+        gm_stream s = i < n ? streams[i] : free_stream;
+        if (s == own || (i == n && stream_listed(streams, n, s)))
+            continue;
+        gm_event ev = 0;
+        gm_status st = events ? event_get_locked(pool, &ev) : GM_ERR_HOST_MEMORY;
+        if (st == GM_OK) {
+            uint64_t t0 = be->ops->clock_ns(be);
+            st = seg_call_locked(pool, GM_CALL_EVENT_RECORD, be->ops->event_record(be, ev, s), t0);
+        }
+        if (st == GM_OK) {
+            events[recorded++] = ev;
+        } else {
+            if (ev)
+                event_put_locked(pool, ev);
+            (void)be->ops->stream_sync(be, s); /* no event: wait instead, never reuse early */
+        }
+    }
+    free(b->extra_streams);
+    b->extra_streams = (gm_stream *)(void *)events;
+    b->extra_count = recorded;
+    if (!recorded) {
+        block_release_locked(pool, b);
+        return;
+    }
+    b->flags |= BLOCK_PENDING;
+    b->free_next = pool->pending;
+    pool->pending = b;
+}
+
+/* ---------------------------------------------------------------- public: create/destroy */
+
+gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **out)
+{
+    if (!backend || !out)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_create", "backend or out is NULL");
+    gm_pool *pool = calloc(1, sizeof *pool);
+    if (!pool)
+        return fail_no_pool(GM_ERR_HOST_MEMORY, "gm_pool_create", "host memory exhausted");
+    char why[sizeof tls_error];
+    gm_status st = resolve_config(backend, cfg, &pool->cfg, why, sizeof why);
+    if (st != GM_OK) {
+        free(pool);
+        return fail_no_pool(st, "gm_pool_create", why + strlen("gm_pool_create: "));
+    }
+    pool->backend = backend;
+    pool->granularity = backend->caps.vmm_granularity ? backend->caps.vmm_granularity : 2 * MIB;
+    pool->limit = effective_limit(&pool->cfg, backend->caps.capacity);
+    pool->error_fn = pool->cfg.error_callback;
+    pool->error_user = pool->cfg.error_user;
+    pthread_mutex_init(&pool->lock, NULL);
+
+    size_t initial = pool->cfg.initial_reserve_bytes;
+    if (initial) {
+        pthread_mutex_lock(&pool->lock);
+        gm_heap *h = heap_of_locked(pool, NULL, true);
+        gm_arena *a = h ? &h->arenas[ARENA_LARGE] : NULL;
+        st = a ? GM_OK : GM_ERR_HOST_MEMORY;
+        if (st == GM_OK && initial > pool->limit)
+            st = pool_fail_locked(pool, GM_ERR_OUT_OF_MEMORY,
+                                  "initial_reserve_bytes %zu exceeds the reserve limit %zu",
+                                  initial, pool->limit);
+        if (st == GM_OK && pool->cfg.segments == GM_SEGMENTS_VMM) {
+            st = span_create_vmm_locked(pool, a);
+            size_t bytes = round_up(initial, pool->granularity);
+            if (st == GM_OK && bytes <= a->spans->size) {
+                st = pages_acquire_locked(pool, a, a->spans->base, bytes);
+                if (st == GM_OK)
+                    pages_drop_locked(pool, a, a->spans->base, bytes);
+            }
+        } else if (st == GM_OK) {
+            gm_span *s = NULL;
+            st = span_create_plain_locked(pool, a, round_up(initial, pool->cfg.segment_rounding), &s);
+            if (st == GM_OK)
+                s->pinned = true;
+        }
+        pthread_mutex_unlock(&pool->lock);
+        if (st != GM_OK) {
+            if (snprintf(why, sizeof why, "initial reserve of %zu bytes failed: %s", initial,
+                         pool->error_text[0] ? pool->error_text : gm_backend_last_error()) < 0)
+                why[0] = '\0';
+            gm_pool_destroy_force(pool);
+            return fail_no_pool(st, "gm_pool_create", why);
+        }
+    }
+    *out = pool;
+    return GM_OK;
+}
+
+static void pool_teardown(gm_pool *pool)
+{
+    gm_backend *be = pool->backend;
+    pthread_mutex_lock(&pool->lock);
+    sync_streams_locked(pool);
+    while (pool->pending) { /* the program freed them: wait for their streams, then release */
+        gm_block *b = pool->pending;
+        pool->pending = b->free_next;
+        gm_event *events = (gm_event *)(void *)b->extra_streams;
+        for (uint32_t i = 0; i < b->extra_count; i++)
+            event_put_locked(pool, events[i]);
+        b->extra_count = 0;
+        b->flags &= ~BLOCK_PENDING;
+        block_release_locked(pool, b);
+    }
+    for (size_t i = 0; i < pool->live.cap; i++) /* force: live blocks are dropped */
+        if (pool->live.slots[i]) {
+            gm_block *b = pool->live.slots[i];
+            note_live(pool, b, false);
+            block_release_locked(pool, b);
+        }
+    for (size_t h = 0; h < pool->heap_count; h++)
+        for (int k = 0; k < ARENA_COUNT; k++) {
+            gm_arena *a = &pool->heaps[h].arenas[k];
+            if (a->pages)
+                pages_unmap_idle_locked(pool, a, SIZE_MAX);
+            while (a->spans)
+                span_release_locked(pool, a->spans);
+        }
+    for (size_t i = 0; i < pool->event_count; i++)
+        (void)be->ops->event_destroy(be, pool->events[i]);
+    pthread_mutex_unlock(&pool->lock);
+    while (pool->chunks) {
+        block_chunk *c = pool->chunks;
+        pool->chunks = c->next;
+        free(c);
+    }
+    free(pool->live.slots);
+    free(pool->heaps);
+    free(pool->events);
+    free(pool->synced_streams);
+    pthread_mutex_destroy(&pool->lock);
+    if (tls_error_pool == pool)
+        tls_error_pool = NULL;
+    free(pool);
+}
+
+gm_status gm_pool_destroy(gm_pool *pool)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_destroy", "pool is NULL");
+    pthread_mutex_lock(&pool->lock);
+    if (pool->live_blocks) {
+        gm_status st = pool_fail_locked(pool, GM_ERR_BUSY,
+                                        "gm_pool_destroy: %zu blocks (%zu bytes) are still live; "
+                                        "free them or use gm_pool_destroy_force",
+                                        pool->live_blocks, pool->live_bytes);
+        return pool_unlock(pool, st);
+    }
+    pthread_mutex_unlock(&pool->lock);
+    pool_teardown(pool);
+    return GM_OK;
+}
+
+gm_status gm_pool_destroy_force(gm_pool *pool)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_destroy_force", "pool is NULL");
+    pool_teardown(pool);
+    return GM_OK;
+}
+
+/* ---------------------------------------------------------------- public: alloc/free */
+
+static void format_bytes(char *buf, size_t len, size_t bytes)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    unsigned u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", v, units[u]);
+}
+
+static gm_status fail_oom_locked(gm_pool *pool, size_t size, gm_stream stream, const char *cause)
+{
+    free_summary fs;
+    free_summary_locked(pool, &fs);
+    double rate = fs.total ? 1.0 - (double)fs.largest / (double)fs.total : 0.0;
+    char req[32], res[32], live[32], alloc[32], largest[32], total[32], lim[32];
+    format_bytes(req, sizeof req, size);
+    format_bytes(res, sizeof res, pool->reserved_bytes);
+    format_bytes(live, sizeof live, pool->live_bytes);
+    format_bytes(alloc, sizeof alloc, pool->allocated_bytes);
+    format_bytes(largest, sizeof largest, fs.largest);
+    format_bytes(total, sizeof total, fs.total);
+    if (pool->limit == SIZE_MAX)
+        snprintf(lim, sizeof lim, "none");
+    else
+        format_bytes(lim, sizeof lim, pool->limit);
+    pool->oom_count++;
+    return pool_fail_locked(
+        pool, GM_ERR_OUT_OF_MEMORY,
+        "out of memory: cannot allocate %s (%zu bytes) on stream %p: %s. "
+        "Reserved %s, live %s (allocated %s); free inside reserved memory %s, largest free "
+        "block %s, fragmentation rate %.1f%%; reserve limit %s, device capacity %zu bytes",
+        req, size, (void *)stream, cause, res, live, alloc, total, largest, rate * 100.0, lim,
+        pool->backend->caps.capacity);
+}
+
+gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
+{
+    if (!pool || !out)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_alloc", "pool or out is NULL");
+    pthread_mutex_lock(&pool->lock);
+    if (size == 0)
+        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
+                                                  "gm_alloc: size 0 is not a valid request"));
+    if (pool->pending)
+        process_pending_locked(pool);
+    size_t granted = granted_size(pool, size);
+    size_t capacity = pool->backend->caps.capacity;
+    if (!granted || granted > capacity || granted > pool->limit)
+        return pool_unlock(pool, fail_oom_locked(pool, size, stream,
+                                                 granted && granted <= capacity
+                                                     ? "the request exceeds the reserve limit"
+                                                     : "the request exceeds device capacity"));
+    gm_heap *h = heap_of_locked(pool, stream, true);
+    if (!h)
+        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
+                                                  "gm_alloc: host memory exhausted (heap)"));
+    gm_arena *a = &h->arenas[size <= pool->cfg.small_request_max ? ARENA_SMALL : ARENA_LARGE];
+    gm_block *b = NULL;
+    gm_status st = arena_alloc_locked(pool, a, granted, &b);
+    if (st == GM_ERR_OUT_OF_MEMORY) {
+        /* The device or the cap is full: wait for pending frees, release every free segment
+         * and idle page of the pool, and try once more. */
+        sync_streams_locked(pool);
+        if (pool->pending)
+            process_pending_locked(pool);
+        release_free_memory_locked(pool, 0);
+        st = arena_alloc_locked(pool, a, granted, &b);
+    }
+    if (st == GM_ERR_OUT_OF_MEMORY)
+        return pool_unlock(pool, fail_oom_locked(pool, size, stream,
+                                                 pool->reserved_bytes + granted > pool->limit
+                                                     ? "the reserve limit is reached"
+                                                     : "the device is full"));
+    if (st != GM_OK) {
+        if (!pool->error_text[0] || st == GM_ERR_BACKEND)
+            pool_fail_locked(pool, st, "gm_alloc: device call failed: %s",
+                             gm_backend_last_error());
+        return pool_unlock(pool, st);
+    }
+    b->requested = size;
+    if (!map_insert(&pool->live, b)) {
+        block_release_locked(pool, b);
+        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
+                                                  "gm_alloc: host memory exhausted (map)"));
+    }
+    note_live(pool, b, true);
+    pool->alloc_count++;
+    if (GM_DEBUG >= 3)
+        assert(pool_check_locked(pool) == GM_OK);
+    pthread_mutex_unlock(&pool->lock);
+    *out = (void *)b->addr;
+    return GM_OK;
+}
+
+/* Explain why `addr` is not a live block of this pool. */
+static gm_status diagnose_bad_free_locked(gm_pool *pool, uintptr_t addr, const char *fn)
+{
+    for (size_t h = 0; h < pool->heap_count; h++)
+        for (int k = 0; k < ARENA_COUNT; k++)
+            for (gm_span *s = pool->heaps[h].arenas[k].spans; s; s = s->next) {
+                if (addr < s->base || addr - s->base >= s->size)
+                    continue;
+                for (gm_block *b = s->first; b; b = b->phys_next) {
+                    if (addr < b->addr || addr - b->addr >= b->size)
+                        continue;
+                    if (block_is_free(b) || (b->flags & BLOCK_PENDING))
+                        return pool_fail_locked(pool, GM_ERR_DOUBLE_FREE,
+                                                "%s: %p is not live: it was already freed "
+                                                "(double free)", fn, (void *)addr);
+                    return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
+                                            "%s: %p is an interior pointer into the live block "
+                                            "%p of %zu bytes", fn, (void *)addr,
+                                            (void *)b->addr, b->requested);
+                }
+            }
+    return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
+                            "%s: %p is not memory of this pool (a foreign pointer, or a block "
+                            "whose segment was already given back to the device)", fn,
+                            (void *)addr);
+}
+
+gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_free", "pool is NULL");
+    pthread_mutex_lock(&pool->lock);
+    if (!ptr)
+        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
+                                                  "gm_free: NULL is not a block"));
+    uintptr_t addr = (uintptr_t)ptr;
+    size_t j = map_find(&pool->live, addr);
+    if (j == SIZE_MAX)
+        return pool_unlock(pool, diagnose_bad_free_locked(pool, addr, "gm_free"));
+    gm_block *b = pool->live.slots[j];
+    map_erase(&pool->live, j);
+    note_live(pool, b, false);
+    pool->free_count++;
+    note_stream_for_sync(pool, stream);
+    if (stream == b->span->arena->heap->stream && !b->extra_count)
+        block_release_locked(pool, b);
+    else
+        free_deferred_locked(pool, b, stream);
+    if (GM_DEBUG >= 3)
+        assert(pool_check_locked(pool) == GM_OK);
+    pthread_mutex_unlock(&pool->lock);
+    return GM_OK;
+}
+
+gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_record_stream", "pool is NULL");
+    pthread_mutex_lock(&pool->lock);
+    gm_block *b = map_lookup(&pool->live, (uintptr_t)ptr);
+    if (!b)
+        return pool_unlock(pool, diagnose_bad_free_locked(pool, (uintptr_t)ptr,
+                                                          "gm_record_stream"));
+    if (stream == b->span->arena->heap->stream)
+        return pool_unlock(pool, GM_OK);
+    if (stream_listed(b->extra_streams, b->extra_count, stream))
+        return pool_unlock(pool, GM_OK);
+    gm_stream *v = realloc(b->extra_streams, (b->extra_count + 1u) * sizeof *v);
+    if (!v)
+        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
+                                                  "gm_record_stream: host memory exhausted"));
+    v[b->extra_count++] = stream;
+    b->extra_streams = v;
+    return pool_unlock(pool, GM_OK);
+}
+
+gm_status gm_trim(gm_pool *pool, size_t keep_bytes)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_trim", "pool is NULL");
+    pthread_mutex_lock(&pool->lock);
+    sync_streams_locked(pool);
+    if (pool->pending)
+        process_pending_locked(pool);
+    release_free_memory_locked(pool, keep_bytes);
+    if (keep_bytes == 0) /* also give back virtual ranges that hold nothing */
+        for (size_t h = 0; h < pool->heap_count; h++)
+            for (int k = 0; k < ARENA_COUNT; k++) {
+                gm_arena *a = &pool->heaps[h].arenas[k];
+                if (a->pages && a->mapped_pages == 0 && a->spans->live_blocks == 0)
+                    span_release_locked(pool, a->spans);
+            }
+    return pool_unlock(pool, GM_OK);
+}
+
+gm_status gm_pool_reset_peaks(gm_pool *pool)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_reset_peaks", "pool is NULL");
+    pthread_mutex_lock(&pool->lock);
+    pool->peak_live = pool->live_bytes;
+    pool->peak_allocated = pool->allocated_bytes;
+    pool->peak_reserved = pool->reserved_bytes;
+    return pool_unlock(pool, GM_OK);
+}

@@ -1,0 +1,379 @@
+/*
+ * Segments: the device memory a pool holds, and every device call the pool makes.
+ *
+ * Plain spans are one mem_alloc each, tiled by blocks. A VMM span is one reserved virtual range
+ * per arena whose pages (the backend's granularity, 2 MiB on an H200) are mapped when a block
+ * first covers them. Page bookkeeping:
+ *
+ *     page.users  = live blocks overlapping the page
+ *     mapped page with users == 0  <=>  the page is on its arena's idle list
+ *     reserved bytes (VMM)        ==  physical pages held x granularity
+ *
+ * Growth never overshoots what the request needs. Under GM_RELEASE_BEFORE_GROW an idle page
+ * anywhere in the pool is unmapped and its physical memory mapped where it is needed, so
+ * reserved memory grows only when every held page is in use ("recycling"); under ON_OOM that
+ * happens only when the device or the cap is full; under EAGER idle pages are released at once.
+ * Before anything is unmapped or freed, the streams that freed memory are synchronized, so no
+ * queued kernel can touch memory that has gone (what cuMemUnmap requires).
+ *
+ * Bounds: page acquire/drop O(pages covered); release of free memory O(spans + idle pages).
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t device_clock(gm_pool *pool)
+{
+    return pool->backend->ops->clock_ns(pool->backend);
+}
+
+gm_status seg_call_locked(gm_pool *pool, gm_call kind, gm_status st, uint64_t t0)
+{
+    pool->device_calls[kind]++;
+    pool->device_time_ns += device_clock(pool) - t0;
+    return st;
+}
+
+#define DEVICE_CALL(pool, kind, expr)                                                           \
+    seg_call_locked((pool), (kind), (expr), device_clock(pool))
+
+void sync_streams_locked(gm_pool *pool)
+{
+    for (size_t i = 0; i < pool->synced_count; i++)
+        (void)pool->backend->ops->stream_sync(pool->backend, pool->synced_streams[i]);
+    pool->synced_count = 0;
+}
+
+static void span_link(gm_arena *a, gm_span *s)
+{
+    s->arena = a;
+    s->prev = NULL;
+    s->next = a->spans;
+    if (a->spans)
+        a->spans->prev = s;
+    a->spans = s;
+    a->span_count++;
+}
+
+static void span_unlink(gm_arena *a, gm_span *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        a->spans = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    a->span_count--;
+}
+
+/* A new span holding one free block that covers it all. */
+static gm_status span_new(gm_pool *pool, gm_arena *a, uintptr_t base, size_t size, bool vmm,
+                          gm_span **out)
+{
+    gm_span *s = calloc(1, sizeof *s);
+    gm_block *b = block_new_locked(pool);
+    if (!s || !b) {
+        free(s);
+        if (b)
+            block_delete_locked(pool, b);
+        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "host memory exhausted (span record)");
+    }
+    s->base = base;
+    s->size = size;
+    s->vmm = vmm;
+    s->first = b;
+    b->addr = base;
+    b->size = size;
+    b->span = s;
+    b->flags = BLOCK_FREE;
+    span_link(a, s);
+    tlsf_insert(&a->free, b);
+    pool->segment_count++;
+    *out = s;
+    return GM_OK;
+}
+
+gm_status span_create_plain_locked(gm_pool *pool, gm_arena *a, size_t size, gm_span **out)
+{
+    uintptr_t base = 0;
+    gm_backend *be = pool->backend;
+    gm_status st = DEVICE_CALL(pool, GM_CALL_MEM_ALLOC, be->ops->mem_alloc(be, size, &base));
+    if (st != GM_OK)
+        return st;
+    st = span_new(pool, a, base, size, false, out);
+    if (st != GM_OK) {
+        (void)DEVICE_CALL(pool, GM_CALL_MEM_FREE, be->ops->mem_free(be, base));
+        return st;
+    }
+    pool_note_reserved_locked(pool, size, true);
+    return GM_OK;
+}
+
+gm_status span_create_vmm_locked(gm_pool *pool, gm_arena *a)
+{
+    size_t gran = pool->granularity;
+    size_t size = round_up(pool->cfg.vmm_reserve_bytes, gran);
+    size_t pages = size / gran;
+    if (pages >= PAGE_NONE)
+        return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
+                                "vmm_reserve_bytes %zu is more than %u pages", size, PAGE_NONE - 1);
+    vmm_page *table = malloc(pages * sizeof *table);
+    if (!table)
+        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "host memory exhausted (page table)");
+    for (size_t i = 0; i < pages; i++)
+        table[i] = (vmm_page){.idle_prev = PAGE_NONE, .idle_next = PAGE_NONE};
+
+    uintptr_t base = 0;
+    gm_backend *be = pool->backend;
+    gm_status st = DEVICE_CALL(pool, GM_CALL_VA_RESERVE, be->ops->va_reserve(be, size, gran, &base));
+    gm_span *s = NULL;
+    if (st == GM_OK)
+        st = span_new(pool, a, base, size, true, &s);
+    if (st != GM_OK) {
+        if (base)
+            (void)DEVICE_CALL(pool, GM_CALL_VA_RELEASE, be->ops->va_release(be, base, size));
+        free(table);
+        return st;
+    }
+    a->pages = table;
+    a->vbase = base;
+    a->page_shift = floor_log2(gran);
+    a->page_count = pages;
+    a->mapped_pages = a->page_hwm = 0;
+    a->idle_head = PAGE_NONE;
+    a->idle_pages = 0;
+    return GM_OK;
+}
+
+/* Give a wholly free span back to the device. VMM spans must have no mapped page left. */
+void span_release_locked(gm_pool *pool, gm_span *s)
+{
+    gm_arena *a = s->arena;
+    gm_backend *be = pool->backend;
+    gm_block *b = s->first;
+    assert(b && block_is_free(b) && b->size == s->size && !b->phys_next);
+    tlsf_remove(&a->free, b);
+    block_delete_locked(pool, b);
+    span_unlink(a, s);
+    pool->segment_count--;
+    if (s->vmm) {
+        assert(a->mapped_pages == 0);
+        (void)DEVICE_CALL(pool, GM_CALL_VA_RELEASE, be->ops->va_release(be, s->base, s->size));
+        free(a->pages);
+        a->pages = NULL;
+        a->page_count = a->page_hwm = 0;
+    } else {
+        sync_streams_locked(pool);
+        (void)DEVICE_CALL(pool, GM_CALL_MEM_FREE, be->ops->mem_free(be, s->base));
+        pool_note_reserved_locked(pool, s->size, false);
+    }
+    free(s);
+}
+
+/* ---- VMM pages ---- */
+
+size_t vmm_page_of(const gm_arena *a, uintptr_t addr)
+{
+    return (size_t)(addr - a->vbase) >> a->page_shift;
+}
+
+static uintptr_t page_addr(const gm_arena *a, size_t page, size_t gran)
+{
+    return a->vbase + page * gran;
+}
+
+static void idle_push(gm_arena *a, size_t p)
+{
+    vmm_page *pg = &a->pages[p];
+    pg->idle_prev = PAGE_NONE;
+    pg->idle_next = a->idle_head;
+    if (a->idle_head != PAGE_NONE)
+        a->pages[a->idle_head].idle_prev = (uint32_t)p;
+    a->idle_head = (uint32_t)p;
+    a->idle_pages++;
+}
+
+static void idle_remove(gm_arena *a, size_t p)
+{
+    vmm_page *pg = &a->pages[p];
+    if (pg->idle_prev != PAGE_NONE)
+        a->pages[pg->idle_prev].idle_next = pg->idle_next;
+    else
+        a->idle_head = pg->idle_next;
+    if (pg->idle_next != PAGE_NONE)
+        a->pages[pg->idle_next].idle_prev = pg->idle_prev;
+    pg->idle_prev = pg->idle_next = PAGE_NONE;
+    a->idle_pages--;
+}
+
+/* Unmap page p (mapped, idle) and hand back its physical handle, still held (reserved). */
+static gm_phys page_unmap(gm_pool *pool, gm_arena *a, size_t p)
+{
+    gm_backend *be = pool->backend;
+    size_t gran = pool->granularity;
+    gm_phys phys = a->pages[p].phys;
+    idle_remove(a, p);
+    (void)DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, page_addr(a, p, gran), gran));
+    a->pages[p].phys = 0;
+    a->mapped_pages--;
+    return phys;
+}
+
+static void phys_release(gm_pool *pool, gm_phys phys)
+{
+    gm_backend *be = pool->backend;
+    (void)DEVICE_CALL(pool, GM_CALL_PHYS_RELEASE, be->ops->phys_release(be, phys));
+    pool_note_reserved_locked(pool, pool->granularity, false);
+}
+
+/* Take an idle page's physical memory from anywhere in the pool (this arena first). */
+static gm_phys recycle_idle_page(gm_pool *pool, gm_arena *prefer)
+{
+    gm_arena *from = prefer->idle_pages ? prefer : NULL;
+    for (size_t h = 0; !from && h < pool->heap_count; h++)
+        for (int k = 0; !from && k < ARENA_COUNT; k++)
+            if (pool->heaps[h].arenas[k].idle_pages)
+                from = &pool->heaps[h].arenas[k];
+    if (!from)
+        return 0;
+    sync_streams_locked(pool);
+    return page_unmap(pool, from, from->idle_head);
+}
+
+static gm_status phys_create(gm_pool *pool, gm_phys *out)
+{
+    gm_backend *be = pool->backend;
+    size_t gran = pool->granularity;
+    if (pool->reserved_bytes + gran > pool->limit)
+        return GM_ERR_OUT_OF_MEMORY;
+    gm_status st = DEVICE_CALL(pool, GM_CALL_PHYS_CREATE, be->ops->phys_create(be, gran, out));
+    if (st == GM_OK)
+        pool_note_reserved_locked(pool, gran, true);
+    return st;
+}
+
+/* Physical memory for one page, by the pool's release policy. */
+static gm_status page_phys_obtain(gm_pool *pool, gm_arena *a, gm_phys *out)
+{
+    bool recycle_first = pool->cfg.release != GM_RELEASE_ON_OOM;
+    if (recycle_first && (*out = recycle_idle_page(pool, a)) != 0)
+        return GM_OK;
+    gm_status st = phys_create(pool, out);
+    if (st == GM_ERR_OUT_OF_MEMORY && !recycle_first && (*out = recycle_idle_page(pool, a)) != 0)
+        return GM_OK;
+    return st;
+}
+
+static gm_status page_map(gm_pool *pool, gm_arena *a, size_t p)
+{
+    gm_backend *be = pool->backend;
+    size_t gran = pool->granularity;
+    gm_phys phys = 0;
+    gm_status st = page_phys_obtain(pool, a, &phys);
+    if (st != GM_OK)
+        return st;
+    st = DEVICE_CALL(pool, GM_CALL_MAP, be->ops->map(be, page_addr(a, p, gran), gran, phys));
+    if (st != GM_OK) {
+        phys_release(pool, phys);
+        return st;
+    }
+    a->pages[p].phys = phys;
+    a->mapped_pages++;
+    if (p + 1 > a->page_hwm)
+        a->page_hwm = p + 1;
+    return GM_OK;
+}
+
+/* Unmap and release page p, which has no users. */
+static void page_release(gm_pool *pool, gm_arena *a, size_t p)
+{
+    sync_streams_locked(pool);
+    phys_release(pool, page_unmap(pool, a, p));
+}
+
+static void page_user_drop(gm_pool *pool, gm_arena *a, size_t p)
+{
+    vmm_page *pg = &a->pages[p];
+    assert(pg->users > 0);
+    if (--pg->users || !pg->phys)
+        return;
+    idle_push(a, p);
+    if (pool->cfg.release == GM_RELEASE_EAGER)
+        page_release(pool, a, p);
+}
+
+void pages_drop_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size)
+{
+    size_t first = vmm_page_of(a, addr), last = vmm_page_of(a, addr + size - 1);
+    for (size_t p = first; p <= last; p++)
+        page_user_drop(pool, a, p);
+}
+
+gm_status pages_acquire_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size)
+{
+    size_t first = vmm_page_of(a, addr), last = vmm_page_of(a, addr + size - 1);
+    for (size_t p = first; p <= last; p++) {
+        vmm_page *pg = &a->pages[p];
+        if (pg->users++ == 0 && pg->phys)
+            idle_remove(a, p);
+    }
+    gm_status st = GM_OK;
+    for (size_t p = first; p <= last && st == GM_OK; p++) {
+        if (a->pages[p].phys)
+            continue;
+        st = page_map(pool, a, p);
+        a->pages[p].fresh = st == GM_OK;
+    }
+    /* On failure, undo: pages mapped by this call are released again, so a failed call
+     * reserves nothing; pages that were mapped before stay (idle if now unused). */
+    for (size_t p = first; p <= last; p++) {
+        vmm_page *pg = &a->pages[p];
+        bool fresh = pg->fresh;
+        pg->fresh = false;
+        if (st == GM_OK)
+            continue;
+        page_user_drop(pool, a, p);
+        if (fresh && pg->phys && pg->users == 0)
+            page_release(pool, a, p);
+    }
+    return st;
+}
+
+size_t pages_unmap_idle_locked(gm_pool *pool, gm_arena *a, size_t max_pages)
+{
+    size_t n = 0;
+    while (a->idle_head != PAGE_NONE && n < max_pages) {
+        page_release(pool, a, a->idle_head);
+        n++;
+    }
+    return n;
+}
+
+/* Release wholly free plain segments and idle VMM pages, across every heap, until reserved
+ * bytes are at most `target`. The initial reserve is kept unless target is below it. Returns
+ * the bytes released. */
+size_t release_free_memory_locked(gm_pool *pool, size_t target)
+{
+    size_t before = pool->reserved_bytes;
+    size_t gran = pool->granularity;
+    for (size_t h = 0; h < pool->heap_count && pool->reserved_bytes > target; h++) {
+        for (int k = 0; k < ARENA_COUNT && pool->reserved_bytes > target; k++) {
+            gm_arena *a = &pool->heaps[h].arenas[k];
+            if (a->pages) {
+                size_t excess = pool->reserved_bytes - target;
+                pages_unmap_idle_locked(pool, a, (excess + gran - 1) / gran);
+                continue;
+            }
+            gm_span *s = a->spans;
+            while (s && pool->reserved_bytes > target) {
+                gm_span *next = s->next;
+                bool keep = s->pinned && target >= s->size;
+                if (s->live_blocks == 0 && !keep)
+                    span_release_locked(pool, s);
+                s = next;
+            }
+        }
+    }
+    return before - pool->reserved_bytes;
+}

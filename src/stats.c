@@ -1,0 +1,378 @@
+/*
+ * Statistics, the JSON snapshot, and gm_pool_check (DESIGN.md §6).
+ *
+ * Counters (live, allocated, reserved, calls) are kept incrementally by the pool. The
+ * fragmentation figures are computed here by walking every block, because "free" depends on
+ * the segment kind:
+ *   plain: a free range is a free block;
+ *   VMM:   a free range is a maximal run of mapped bytes inside a free block (unmapped virtual
+ *          space is not memory the pool holds).
+ * Hence total_free == reserved - allocated - pending bytes, an identity gm_pool_check verifies.
+ *
+ * Bounds: stats, snapshot and check are O(blocks + mapped pages).
+ */
+#include "internal.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+unsigned histogram_bin(size_t size)
+{
+    if (size < 1024)
+        return 0;
+    unsigned bin = floor_log2(size) - 9;
+    return bin < GM_HISTOGRAM_BINS ? bin : GM_HISTOGRAM_BINS - 1;
+}
+
+static void add_free_run(free_summary *fs, size_t len)
+{
+    if (!len)
+        return;
+    fs->total += len;
+    if (len > fs->largest)
+        fs->largest = len;
+    fs->histogram[histogram_bin(len)]++;
+}
+
+/* Bytes of [lo, hi) that lie on mapped pages of VMM arena a, as maximal runs. */
+static void add_mapped_runs(free_summary *fs, const gm_arena *a, uintptr_t lo, uintptr_t hi)
+{
+    size_t gran = (size_t)1 << a->page_shift;
+    uintptr_t hwm = a->vbase + a->page_hwm * gran;
+    if (hi > hwm)
+        hi = hwm;
+    size_t run = 0;
+    while (lo < hi) {
+        size_t p = vmm_page_of(a, lo);
+        uintptr_t end = a->vbase + (p + 1) * gran;
+        if (end > hi)
+            end = hi;
+        if (a->pages[p].phys) {
+            run += end - lo;
+        } else {
+            add_free_run(fs, run);
+            run = 0;
+        }
+        lo = end;
+    }
+    add_free_run(fs, run);
+}
+
+void free_summary_locked(gm_pool *pool, free_summary *out)
+{
+    memset(out, 0, sizeof *out);
+    for (size_t h = 0; h < pool->heap_count; h++)
+        for (int k = 0; k < ARENA_COUNT; k++) {
+            const gm_arena *a = &pool->heaps[h].arenas[k];
+            for (const gm_span *s = a->spans; s; s = s->next)
+                for (const gm_block *b = s->first; b; b = b->phys_next) {
+                    if (!block_is_free(b))
+                        continue;
+                    if (s->vmm)
+                        add_mapped_runs(out, a, b->addr, b->addr + b->size);
+                    else
+                        add_free_run(out, b->size);
+                }
+        }
+}
+
+static void fill_stats_locked(gm_pool *pool, gm_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->live_bytes = pool->live_bytes;
+    out->peak_live_bytes = pool->peak_live;
+    out->allocated_bytes = pool->allocated_bytes;
+    out->peak_allocated_bytes = pool->peak_allocated;
+    out->reserved_bytes = pool->reserved_bytes;
+    out->peak_reserved_bytes = pool->peak_reserved;
+    out->live_blocks = pool->live_blocks;
+    out->segments = pool->segment_count;
+    out->alloc_count = pool->alloc_count;
+    out->free_count = pool->free_count;
+    out->oom_count = pool->oom_count;
+    memcpy(out->device_calls, pool->device_calls, sizeof out->device_calls);
+    out->device_time_ns = pool->device_time_ns;
+    out->internal_frag_bytes = pool->allocated_bytes - pool->live_bytes;
+    free_summary fs;
+    free_summary_locked(pool, &fs);
+    out->total_free_bytes = fs.total;
+    out->largest_free_bytes = fs.largest;
+    out->frag_rate = fs.total ? 1.0 - (double)fs.largest / (double)fs.total : 0.0;
+    memcpy(out->free_histogram, fs.histogram, sizeof out->free_histogram);
+}
+
+gm_status gm_pool_stats(gm_pool *pool, gm_stats *out)
+{
+    if (!pool || !out)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_stats", "pool or out is NULL");
+    pthread_mutex_lock(&pool->lock);
+    fill_stats_locked(pool, out);
+    pthread_mutex_unlock(&pool->lock);
+    return GM_OK;
+}
+
+/* ---------------------------------------------------------------- snapshot */
+
+typedef struct json_out {
+    gm_write_fn write;
+    void *user;
+    size_t len;
+    bool failed;
+    char buf[4096];
+} json_out;
+
+static void json_flush(json_out *j)
+{
+    if (j->len && !j->failed && j->write(j->user, j->buf, j->len) != 0)
+        j->failed = true;
+    j->len = 0;
+}
+
+static void json_put(json_out *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void json_put(json_out *j, const char *fmt, ...)
+{
+    if (sizeof j->buf - j->len < 512)
+        json_flush(j);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(j->buf + j->len, sizeof j->buf - j->len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        j->len += (size_t)n < sizeof j->buf - j->len ? (size_t)n : sizeof j->buf - j->len - 1;
+}
+
+static const char *block_state(const gm_block *b)
+{
+    return block_is_free(b) ? "free" : (b->flags & BLOCK_PENDING) ? "pending" : "live";
+}
+
+static size_t span_mapped_bytes(const gm_span *s)
+{
+    if (!s->vmm)
+        return s->size;
+    return s->arena->mapped_pages << s->arena->page_shift;
+}
+
+static void snapshot_span(json_out *j, const gm_span *s, bool first_span)
+{
+    const gm_arena *a = s->arena;
+    json_put(j, "%s\n{\"address\":\"0x%" PRIxPTR "\",\"size\":%zu,\"mapped_bytes\":%zu,"
+                "\"kind\":\"%s\",\"segments\":\"%s\",\"stream\":\"%p\",\"blocks\":[",
+             first_span ? "" : ",", s->base, s->size, span_mapped_bytes(s),
+             a->kind == ARENA_SMALL ? "small" : "large", s->vmm ? "vmm" : "plain",
+             (void *)a->heap->stream);
+    for (const gm_block *b = s->first; b; b = b->phys_next)
+        json_put(j, "%s{\"address\":\"0x%" PRIxPTR "\",\"size\":%zu,\"requested\":%zu,"
+                    "\"state\":\"%s\"}",
+                 b == s->first ? "" : ",", b->addr, b->size, b->requested, block_state(b));
+    json_put(j, "]}");
+}
+
+static void snapshot_stats(json_out *j, const gm_stats *st)
+{
+    json_put(j, "\"stats\":{\"live_bytes\":%zu,\"peak_live_bytes\":%zu,\"allocated_bytes\":%zu,"
+                "\"peak_allocated_bytes\":%zu,\"reserved_bytes\":%zu,\"peak_reserved_bytes\":%zu,"
+                "\"live_blocks\":%zu,\"segments\":%zu,\"internal_frag_bytes\":%zu,"
+                "\"total_free_bytes\":%zu,\"largest_free_bytes\":%zu,\"frag_rate\":%.6f}",
+             st->live_bytes, st->peak_live_bytes, st->allocated_bytes, st->peak_allocated_bytes,
+             st->reserved_bytes, st->peak_reserved_bytes, st->live_blocks, st->segments,
+             st->internal_frag_bytes, st->total_free_bytes, st->largest_free_bytes,
+             st->frag_rate);
+}
+
+gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
+{
+    if (!pool || !write)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_snapshot", "pool or writer is NULL");
+    json_out *j = malloc(sizeof *j);
+    if (!j)
+        return GM_ERR_HOST_MEMORY;
+    j->write = write;
+    j->user = user;
+    j->len = 0;
+    j->failed = false;
+    pthread_mutex_lock(&pool->lock);
+    gm_stats st;
+    fill_stats_locked(pool, &st);
+    json_put(j, "{\"granularity\":%zu,\"segments\":[", pool->granularity);
+    bool first = true;
+    for (size_t h = 0; h < pool->heap_count && !j->failed; h++)
+        for (int k = 0; k < ARENA_COUNT; k++)
+            for (const gm_span *s = pool->heaps[h].arenas[k].spans; s && !j->failed; s = s->next) {
+                snapshot_span(j, s, first);
+                first = false;
+            }
+    json_put(j, "\n],");
+    snapshot_stats(j, &st);
+    json_put(j, "}\n");
+    json_flush(j);
+    pthread_mutex_unlock(&pool->lock);
+    bool failed = j->failed;
+    free(j);
+    return failed ? GM_ERR_ABORTED : GM_OK;
+}
+
+/* ---------------------------------------------------------------- check */
+
+#define CORRUPT(...) (pool_fail_locked(pool, GM_ERR_CORRUPT, "gm_pool_check: " __VA_ARGS__))
+
+typedef struct recount {
+    size_t live, allocated, live_blocks, pending, pending_bytes, free_blocks, reserved;
+} recount;
+
+static gm_status check_span(gm_pool *pool, const gm_span *s, uint32_t *users, recount *rc)
+{
+    uintptr_t expect = s->base;
+    size_t in_use = 0;
+    const gm_block *prev = NULL;
+    for (const gm_block *b = s->first; b; prev = b, b = b->phys_next) {
+        if (b->addr != expect || b->span != s || b->phys_prev != prev || !b->size ||
+            b->size % TLSF_ALIGN)
+            return CORRUPT("block 0x%" PRIxPTR " breaks the tiling of span 0x%" PRIxPTR,
+                           b->addr, s->base);
+        if (block_is_free(b) && prev && block_is_free(prev))
+            return CORRUPT("adjacent free blocks 0x%" PRIxPTR " and 0x%" PRIxPTR " not merged",
+                           prev->addr, b->addr);
+        expect = b->addr + b->size;
+        if (block_is_free(b)) {
+            rc->free_blocks++;
+            continue;
+        }
+        in_use++;
+        if (b->flags & BLOCK_PENDING) {
+            rc->pending++;
+            rc->pending_bytes += b->size;
+        } else {
+            if (map_lookup(&pool->live, b->addr) != b)
+                return CORRUPT("live block 0x%" PRIxPTR " missing from the live map", b->addr);
+            if (b->requested == 0 || b->requested > b->size)
+                return CORRUPT("live block 0x%" PRIxPTR " requested %zu of %zu", b->addr,
+                               b->requested, b->size);
+            rc->live += b->requested;
+            rc->allocated += b->size;
+            rc->live_blocks++;
+        }
+        if (users)
+            for (size_t p = vmm_page_of(s->arena, b->addr);
+                 p <= vmm_page_of(s->arena, b->addr + b->size - 1); p++)
+                users[p]++;
+    }
+    if (expect != s->base + s->size)
+        return CORRUPT("blocks of span 0x%" PRIxPTR " cover %zu of %zu bytes", s->base,
+                       (size_t)(expect - s->base), s->size);
+    if (in_use != s->live_blocks)
+        return CORRUPT("span 0x%" PRIxPTR " counts %zu blocks in use, found %zu", s->base,
+                       s->live_blocks, in_use);
+    return GM_OK;
+}
+
+static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *users,
+                             recount *rc)
+{
+    size_t mapped = 0, idle = 0;
+    for (size_t p = 0; p < a->page_count; p++) {
+        const vmm_page *pg = &a->pages[p];
+        if (p >= a->page_hwm && !pg->phys && !pg->users)
+            break; /* nothing was ever mapped beyond the high-water mark */
+        if (pg->users != users[p])
+            return CORRUPT("page %zu has %u users, blocks say %u", p, pg->users, users[p]);
+        if (pg->users && !pg->phys)
+            return CORRUPT("page %zu is used but not mapped", p);
+        mapped += pg->phys != 0;
+        idle += pg->phys && !pg->users;
+    }
+    size_t listed = 0;
+    for (uint32_t p = a->idle_head; p != PAGE_NONE; p = a->pages[p].idle_next) {
+        if (!a->pages[p].phys || a->pages[p].users || ++listed > idle)
+            return CORRUPT("idle page list holds page %u wrongly", p);
+    }
+    if (mapped != a->mapped_pages || idle != a->idle_pages || listed != idle)
+        return CORRUPT("arena counts %zu mapped / %zu idle pages, found %zu / %zu (listed %zu)",
+                       a->mapped_pages, a->idle_pages, mapped, idle, listed);
+    rc->reserved += mapped * pool->granularity;
+    return GM_OK;
+}
+
+static gm_status check_arena(gm_pool *pool, const gm_arena *a, recount *rc)
+{
+    size_t free_before = rc->free_blocks, spans = 0;
+    uint32_t *users = NULL;
+    if (a->pages && !(users = calloc(a->page_count, sizeof *users)))
+        return GM_ERR_HOST_MEMORY;
+    gm_status st = GM_OK;
+    for (const gm_span *s = a->spans; s && st == GM_OK; s = s->next) {
+        spans++;
+        if (s->arena != a || (s->next && s->next->prev != s) || s->vmm != (a->pages != NULL))
+            st = CORRUPT("span list of an arena is broken at 0x%" PRIxPTR, s->base);
+        else
+            st = check_span(pool, s, users, rc);
+        if (!s->vmm)
+            rc->reserved += s->size;
+    }
+    if (st == GM_OK && spans != a->span_count)
+        st = CORRUPT("arena counts %zu spans, found %zu", a->span_count, spans);
+    if (st == GM_OK && a->pages)
+        st = check_pages(pool, a, users, rc);
+    free(users);
+    if (st != GM_OK)
+        return st;
+    char why[256];
+    size_t listed = 0;
+    if (tlsf_check(&a->free, &listed, why, sizeof why) != GM_OK)
+        return CORRUPT("%s", why);
+    if (listed != rc->free_blocks - free_before)
+        return CORRUPT("free lists hold %zu blocks, spans %zu", listed,
+                       rc->free_blocks - free_before);
+    return GM_OK;
+}
+
+gm_status pool_check_locked(gm_pool *pool)
+{
+    recount rc = {0};
+    size_t segments = 0;
+    for (size_t h = 0; h < pool->heap_count; h++)
+        for (int k = 0; k < ARENA_COUNT; k++) {
+            const gm_arena *a = &pool->heaps[h].arenas[k];
+            if (a->heap != &pool->heaps[h])
+                return CORRUPT("arena of heap %zu points at another heap", h);
+            gm_status st = check_arena(pool, a, &rc);
+            if (st != GM_OK)
+                return st;
+            segments += a->span_count;
+        }
+    size_t pending = 0;
+    for (const gm_block *b = pool->pending; b; b = b->free_next)
+        if (!(b->flags & BLOCK_PENDING) || ++pending > rc.pending)
+            return CORRUPT("pending list holds a block that is not pending");
+    if (pending != rc.pending)
+        return CORRUPT("%zu pending blocks listed, %zu found", pending, rc.pending);
+    if (rc.live != pool->live_bytes || rc.allocated != pool->allocated_bytes ||
+        rc.live_blocks != pool->live_blocks || rc.live_blocks != pool->live.count)
+        return CORRUPT("counters say live %zu / allocated %zu / %zu blocks (map %zu), blocks "
+                       "say %zu / %zu / %zu",
+                       pool->live_bytes, pool->allocated_bytes, pool->live_blocks,
+                       pool->live.count, rc.live, rc.allocated, rc.live_blocks);
+    if (rc.reserved != pool->reserved_bytes || segments != pool->segment_count)
+        return CORRUPT("reserved %zu bytes in %zu segments counted, %zu in %zu found",
+                       pool->reserved_bytes, pool->segment_count, rc.reserved, segments);
+    if (pool->peak_live < pool->live_bytes || pool->peak_reserved < pool->reserved_bytes ||
+        pool->peak_allocated < pool->allocated_bytes || pool->reserved_bytes > pool->limit)
+        return CORRUPT("a peak is below its current value, or reserved exceeds the limit");
+    free_summary fs;
+    free_summary_locked(pool, &fs);
+    if (fs.total != pool->reserved_bytes - pool->allocated_bytes - rc.pending_bytes)
+        return CORRUPT("free bytes %zu != reserved %zu - allocated %zu - pending %zu", fs.total,
+                       pool->reserved_bytes, pool->allocated_bytes, rc.pending_bytes);
+    return GM_OK;
+}
+
+gm_status gm_pool_check(gm_pool *pool)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_check", "pool is NULL");
+    pthread_mutex_lock(&pool->lock);
+    return pool_unlock(pool, pool_check_locked(pool));
+}

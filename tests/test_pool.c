@@ -1,0 +1,466 @@
+/*
+ * Unit tests of the pool front door on the sim backend: alloc/free, alignment, stats, the
+ * design document's fragmentation example, bad input, limits, rounding, trim, snapshot, the
+ * error callback, streams (pending frees behind events), and VMM page accounting.
+ */
+#include "check.h"
+
+static const size_t MiB = (size_t)1 << 20;
+
+/* The documented bin of a free block size (gpumem.h, GM_HISTOGRAM_BINS). */
+static unsigned histogram_bin_of(size_t size)
+{
+    unsigned log2 = 0;
+    while (((size_t)2 << log2) <= size)
+        log2++;
+    return size < 1024 ? 0 : log2 - 9 < GM_HISTOGRAM_BINS ? log2 - 9 : GM_HISTOGRAM_BINS - 1;
+}
+
+static gm_backend *sim_new(size_t capacity, int manual_streams)
+{
+    gm_sim_config sc = {0};
+    sc.capacity = capacity;
+    sc.manual_streams = manual_streams;
+    gm_backend *be = NULL;
+    REQUIRE_OK(gm_sim_backend_create(&sc, &be));
+    return be;
+}
+
+static gm_pool *pool_new(gm_backend *be, const gm_config *cfg)
+{
+    gm_pool *p = NULL;
+    REQUIRE_OK(gm_pool_create(be, cfg, &p));
+    return p;
+}
+
+static void test_alloc_free_basics(void)
+{
+    gm_backend *be = sim_new(0, 0);
+    gm_pool *p = pool_new(be, NULL);
+    void *a = NULL, *b = NULL, *c = NULL;
+    CHECK_OK(gm_alloc(p, 1, NULL, &a));
+    CHECK_OK(gm_alloc(p, 1000, NULL, &b));
+    CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &c));
+    CHECK_EQ_U((uintptr_t)a % GM_ALIGNMENT, 0);
+    CHECK_EQ_U((uintptr_t)b % GM_ALIGNMENT, 0);
+    CHECK_EQ_U((uintptr_t)c % GM_ALIGNMENT, 0);
+    CHECK(a != b && b != c);
+    gm_stats st;
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.live_bytes, 1 + 1000 + 3 * MiB);
+    CHECK_EQ_U(st.allocated_bytes, 512 + 1024 + 3 * MiB);
+    CHECK_EQ_U(st.internal_frag_bytes, 511 + 24);
+    CHECK_EQ_U(st.live_blocks, 3);
+    /* one small 2 MiB segment, one 20 MiB medium segment */
+    CHECK_EQ_U(st.reserved_bytes, 22 * MiB);
+    CHECK_EQ_U(st.segments, 2);
+    CHECK_EQ_U(st.device_calls[GM_CALL_MEM_ALLOC], 2);
+    CHECK_GT_U(st.device_time_ns, 0);
+    CHECK_EQ_U(st.total_free_bytes, st.reserved_bytes - st.allocated_bytes);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free(p, b, NULL));
+    CHECK_OK(gm_free(p, a, NULL));
+    CHECK_OK(gm_free(p, c, NULL));
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.live_bytes, 0);
+    CHECK_EQ_U(st.peak_live_bytes, 1 + 1000 + 3 * MiB);
+    CHECK_EQ_U(st.alloc_count, 3);
+    CHECK_EQ_U(st.free_count, 3);
+    /* freed memory is reused at once on the same stream: no new segment */
+    void *d = NULL;
+    CHECK_OK(gm_alloc(p, 1000, NULL, &d));
+    CHECK_EQ_U((uintptr_t)d, (uintptr_t)a); /* coalesced back, best fit takes the front */
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.device_calls[GM_CALL_MEM_ALLOC], 2);
+    CHECK_OK(gm_free(p, d, NULL));
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
+/* DESIGN.md / issue 2: one 16 MB segment, A 4 MB, B 8 MB, C 4 MB, free A and C. */
+static void test_design_document_example(void)
+{
+    gm_backend *be = sim_new(0, 0);
+    gm_config cfg = {0};
+    cfg.initial_reserve_bytes = 16 * MiB;
+    cfg.reserve_limit_bytes = 16 * MiB;
+    gm_pool *p = pool_new(be, &cfg);
+    void *a, *b, *c, *d = NULL;
+    CHECK_OK(gm_alloc(p, 4 * MiB, NULL, &a));
+    CHECK_OK(gm_alloc(p, 8 * MiB, NULL, &b));
+    CHECK_OK(gm_alloc(p, 4 * MiB, NULL, &c));
+    gm_stats st;
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.segments, 1);
+    CHECK_EQ_U(st.reserved_bytes, 16 * MiB);
+    CHECK_OK(gm_free(p, a, NULL));
+    CHECK_OK(gm_free(p, c, NULL));
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.total_free_bytes, 8 * MiB);
+    CHECK_EQ_U(st.largest_free_bytes, 4 * MiB);
+    CHECK_EQ_D(st.frag_rate, 0.5, 1e-12);
+    CHECK_EQ_U(st.free_histogram[histogram_bin_of(4 * MiB)], 2);
+    CHECK_STATUS(gm_alloc(p, 6 * MiB, NULL, &d), GM_ERR_OUT_OF_MEMORY);
+    CHECK(d == NULL);
+    const char *msg = gm_last_error(p);
+    CHECK_STR_CONTAINS(msg, "6.00 MiB");
+    CHECK_STR_CONTAINS(msg, "Reserved 16.00 MiB");
+    CHECK_STR_CONTAINS(msg, "live 8.00 MiB");
+    CHECK_STR_CONTAINS(msg, "largest free block 4.00 MiB");
+    CHECK_STR_CONTAINS(msg, "fragmentation rate 50.0%");
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.oom_count, 1);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free(p, b, NULL));
+    CHECK_OK(gm_alloc(p, 6 * MiB, NULL, &d)); /* after B goes, the segment is one 16 MB block */
+    CHECK_OK(gm_free(p, d, NULL));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
+static int callback_calls;
+static gm_status callback_last;
+static void on_error(void *user, gm_status st, const char *msg)
+{
+    (void)msg;
+    callback_calls++;
+    callback_last = st;
+    *(int *)user += 1;
+}
+
+static void test_bad_input(void)
+{
+    gm_backend *be = sim_new(4096 * MiB, 0);
+    int seen = 0;
+    gm_config cfg = {0};
+    cfg.error_callback = on_error;
+    cfg.error_user = &seen;
+    gm_pool *p = pool_new(be, &cfg);
+    void *a = NULL, *x = NULL;
+    CHECK_OK(gm_alloc(p, 4096, NULL, &a));
+
+    CHECK_STATUS(gm_free(p, a, NULL), GM_OK);
+    CHECK_STATUS(gm_free(p, a, NULL), GM_ERR_DOUBLE_FREE);
+    CHECK_STR_CONTAINS(gm_last_error(p), "double free");
+    CHECK_EQ_U(callback_last, GM_ERR_DOUBLE_FREE);
+    CHECK_OK(gm_pool_check(p));
+
+    CHECK_OK(gm_alloc(p, 4096, NULL, &a));
+    CHECK_STATUS(gm_free(p, (char *)a + 512, NULL), GM_ERR_UNKNOWN_POINTER);
+    CHECK_STR_CONTAINS(gm_last_error(p), "interior pointer");
+    int local = 0;
+    CHECK_STATUS(gm_free(p, &local, NULL), GM_ERR_UNKNOWN_POINTER);
+    CHECK_STR_CONTAINS(gm_last_error(p), "foreign pointer");
+    CHECK_STATUS(gm_free(p, NULL, NULL), GM_ERR_UNKNOWN_POINTER);
+    CHECK_STATUS(gm_record_stream(p, &local, NULL), GM_ERR_UNKNOWN_POINTER);
+
+    CHECK_STATUS(gm_alloc(NULL, 16, NULL, &x), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "gm_alloc");
+    CHECK_STATUS(gm_alloc(p, 16, NULL, NULL), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_free(NULL, a, NULL), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_pool_stats(NULL, NULL), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_pool_create(NULL, NULL, &p), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_alloc(p, 0, NULL, &x), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(p), "size 0");
+    CHECK_STATUS(gm_alloc(p, SIZE_MAX, NULL, &x), GM_ERR_OUT_OF_MEMORY);
+    CHECK_STR_CONTAINS(gm_last_error(p), "exceeds device capacity");
+    CHECK_STATUS(gm_alloc(p, SIZE_MAX / 2 + 1, NULL, &x), GM_ERR_OUT_OF_MEMORY);
+    CHECK_STATUS(gm_alloc(p, 4096 * MiB + 1, NULL, &x), GM_ERR_OUT_OF_MEMORY);
+    CHECK_STR_CONTAINS(gm_last_error(p), "exceeds device capacity");
+    CHECK(x == NULL);
+    CHECK_GE_U(seen, 8);
+    CHECK_OK(gm_pool_check(p));
+    gm_stats st;
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.live_blocks, 1);
+    CHECK_EQ_U(st.live_bytes, 4096);
+
+    /* destroy with live blocks: refused, the pool stays usable */
+    CHECK_STATUS(gm_pool_destroy(p), GM_ERR_BUSY);
+    CHECK_STR_CONTAINS(gm_last_error(p), "1 blocks");
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free(p, a, NULL));
+    CHECK_OK(gm_pool_destroy(p));
+
+    /* invalid configs name the field */
+    gm_config bad = {0};
+    bad.min_block_bytes = 1000;
+    gm_pool *q = NULL;
+    CHECK_STATUS(gm_pool_create(be, &bad, &q), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "min_block_bytes");
+    bad = (gm_config){0};
+    bad.reserve_limit_fraction = 1.5;
+    CHECK_STATUS(gm_pool_create(be, &bad, &q), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "reserve_limit_fraction");
+    bad = (gm_config){0};
+    bad.segments = (gm_segments)42;
+    CHECK_STATUS(gm_pool_create(be, &bad, &q), GM_ERR_INVALID_ARGUMENT);
+    CHECK(q == NULL);
+
+    /* force-destroy with live blocks releases everything */
+    q = pool_new(be, NULL);
+    CHECK_OK(gm_alloc(q, 5 * MiB, NULL, &a));
+    CHECK_OK(gm_pool_destroy_force(q));
+    size_t free_b = 0, total = 0;
+    gm_device_info info;
+    CHECK_OK(gm_backend_info(be, &info));
+    free_b = info.free_bytes;
+    total = info.total_bytes;
+    CHECK_EQ_U(free_b, total);
+    gm_backend_destroy(be);
+}
+
+static void test_limits_and_trim(void)
+{
+    gm_backend *be = sim_new(64 * MiB, 0);
+    gm_config cfg = {0};
+    cfg.reserve_limit_fraction = 0.5; /* 32 MiB */
+    gm_pool *p = pool_new(be, &cfg);
+    void *a, *b, *c = NULL;
+    CHECK_OK(gm_alloc(p, 12 * MiB, NULL, &a));
+    CHECK_OK(gm_alloc(p, 12 * MiB, NULL, &b));
+    CHECK_STATUS(gm_alloc(p, 12 * MiB, NULL, &c), GM_ERR_OUT_OF_MEMORY);
+    CHECK_STR_CONTAINS(gm_last_error(p), "reserve limit");
+    CHECK_OK(gm_free(p, a, NULL));
+    /* a's segment is wholly free: the OOM ladder (or growth) reuses it */
+    CHECK_OK(gm_alloc(p, 12 * MiB, NULL, &c));
+    gm_stats st;
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_LE_U(st.peak_reserved_bytes, 32 * MiB);
+    CHECK_OK(gm_free(p, b, NULL));
+    CHECK_OK(gm_free(p, c, NULL));
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.reserved_bytes, 24 * MiB);
+    CHECK_OK(gm_trim(p, 12 * MiB));
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_LE_U(st.reserved_bytes, 12 * MiB);
+    CHECK_OK(gm_trim(p, 0));
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.reserved_bytes, 0);
+    CHECK_EQ_U(st.segments, 0);
+    CHECK_EQ_U(st.device_calls[GM_CALL_MEM_FREE], st.device_calls[GM_CALL_MEM_ALLOC]);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+
+    /* the device itself full: OOM names the device */
+    p = pool_new(be, NULL);
+    CHECK_OK(gm_alloc(p, 40 * MiB, NULL, &a));
+    CHECK_STATUS(gm_alloc(p, 30 * MiB, NULL, &b), GM_ERR_OUT_OF_MEMORY);
+    CHECK_STR_CONTAINS(gm_last_error(p), "device is full");
+    CHECK_OK(gm_free(p, a, NULL));
+    CHECK_OK(gm_alloc(p, 30 * MiB, NULL, &b)); /* the free 40 MiB segment was released */
+    CHECK_OK(gm_free(p, b, NULL));
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
+static void test_rounding(void)
+{
+    gm_backend *be = sim_new(0, 0);
+    gm_config cfg = {0};
+    cfg.roundup_power2_divisions = 4;
+    gm_pool *p = pool_new(be, &cfg);
+    void *a;
+    CHECK_OK(gm_alloc(p, 9 * MiB + 1, NULL, &a)); /* between 8 and 16 MiB: steps of 2 MiB */
+    gm_stats st;
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.allocated_bytes, 10 * MiB);
+    CHECK_OK(gm_free(p, a, NULL));
+    CHECK_OK(gm_pool_destroy(p));
+
+    cfg = (gm_config){0};
+    cfg.min_block_bytes = 256 * 1024; /* the design document's minimum granularity */
+    p = pool_new(be, &cfg);
+    CHECK_OK(gm_alloc(p, 1, NULL, &a));
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.allocated_bytes, 256 * 1024);
+    CHECK_EQ_U((uintptr_t)a % GM_ALIGNMENT, 0);
+    gm_config got;
+    CHECK_OK(gm_pool_config(p, &got));
+    CHECK_EQ_U(got.min_block_bytes, 256 * 1024);
+    CHECK_EQ_U(got.segments, GM_SEGMENTS_PLAIN);
+    CHECK_EQ_U(got.strategy, GM_STRATEGY_TLSF);
+    CHECK_EQ_U(got.small_segment_bytes, 2 * MiB);
+    CHECK_OK(gm_free(p, a, NULL));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
+typedef struct sink {
+    char *buf;
+    size_t len, cap;
+    int fail_after;
+} sink;
+
+static int sink_write(void *user, const char *data, size_t len)
+{
+    sink *s = user;
+    if (s->fail_after >= 0 && s->fail_after-- == 0)
+        return 1;
+    if (s->len + len + 1 > s->cap) {
+        s->cap = (s->len + len + 1) * 2;
+        s->buf = realloc(s->buf, s->cap);
+    }
+    memcpy(s->buf + s->len, data, len);
+    s->len += len;
+    s->buf[s->len] = 0;
+    return 0;
+}
+
+static void test_snapshot(void)
+{
+    gm_backend *be = sim_new(0, 0);
+    gm_pool *p = pool_new(be, NULL);
+    void *a, *b;
+    CHECK_OK(gm_alloc(p, 1000, NULL, &a));
+    CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &b));
+    sink s = {NULL, 0, 0, -1};
+    CHECK_OK(gm_pool_snapshot(p, sink_write, &s));
+    CHECK_STR_CONTAINS(s.buf, "\"segments\":[");
+    CHECK_STR_CONTAINS(s.buf, "\"requested\":1000");
+    CHECK_STR_CONTAINS(s.buf, "\"state\":\"live\"");
+    CHECK_STR_CONTAINS(s.buf, "\"state\":\"free\"");
+    CHECK_STR_CONTAINS(s.buf, "\"kind\":\"small\"");
+    CHECK_STR_CONTAINS(s.buf, "\"size\":20971520");
+    CHECK_STR_CONTAINS(s.buf, "\"live_bytes\":3146728");
+    sink f = {NULL, 0, 0, 0};
+    CHECK_STATUS(gm_pool_snapshot(p, sink_write, &f), GM_ERR_ABORTED);
+    CHECK_STATUS(gm_pool_snapshot(p, NULL, &f), GM_ERR_INVALID_ARGUMENT);
+    free(s.buf);
+    free(f.buf);
+    CHECK_OK(gm_free(p, a, NULL));
+    CHECK_OK(gm_free(p, b, NULL));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
+/* A block used by another stream is not reused before that stream's work completes. */
+static void test_streams(void)
+{
+    gm_backend *be = sim_new(0, 1);
+    gm_stream s1, s2;
+    REQUIRE_OK(gm_sim_stream_create(be, &s1));
+    REQUIRE_OK(gm_sim_stream_create(be, &s2));
+    gm_pool *p = pool_new(be, NULL);
+    void *a, *b;
+    CHECK_OK(gm_alloc(p, 4096, s1, &a));
+    CHECK_OK(gm_record_stream(p, a, s2));
+    CHECK_OK(gm_sim_launch(be, s2)); /* a kernel on s2 still uses a */
+    CHECK_OK(gm_free(p, a, s1));
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_alloc(p, 4096, s1, &b));
+    CHECK(b != a); /* pending behind s2's event */
+    CHECK_STATUS(gm_free(p, a, s1), GM_ERR_DOUBLE_FREE);
+    CHECK_OK(gm_sim_stream_complete(be, s2));
+    void *c;
+    CHECK_OK(gm_alloc(p, 4096, s1, &c));
+    CHECK(c == a); /* the event completed: a is back in s1's heap */
+    /* memory of s1's heap is never handed to s2 directly */
+    void *d;
+    CHECK_OK(gm_alloc(p, 4096, s2, &d));
+    CHECK(d != a && d != b && d != c);
+    gm_stats st;
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_GE_U(st.device_calls[GM_CALL_EVENT_RECORD], 1);
+    CHECK_GE_U(st.device_calls[GM_CALL_EVENT_QUERY], 1);
+    /* a free on a foreign stream also defers */
+    CHECK_OK(gm_sim_launch(be, s2));
+    CHECK_OK(gm_free(p, c, s2));
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free(p, b, s1));
+    CHECK_OK(gm_free(p, d, s2));
+    CHECK_OK(gm_pool_destroy(p));
+    CHECK_OK(gm_sim_stream_destroy(be, s1));
+    CHECK_OK(gm_sim_stream_destroy(be, s2));
+    gm_backend_destroy(be);
+}
+
+static void test_vmm_pages(void)
+{
+    gm_backend *be = sim_new(256 * MiB, 0);
+    gm_config cfg = {0};
+    cfg.segments = GM_SEGMENTS_VMM;
+    cfg.vmm_reserve_bytes = 256 * MiB;
+    gm_pool *p = pool_new(be, &cfg);
+    void *a, *b, *c;
+    CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &a)); /* pages 0-1 */
+    CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &b)); /* pages 1-2 */
+    gm_stats st;
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.reserved_bytes, 6 * MiB);
+    CHECK_EQ_U(st.device_calls[GM_CALL_MAP], 3);
+    CHECK_EQ_U(st.total_free_bytes, 0);
+    CHECK_OK(gm_free(p, a, NULL)); /* page 0 idle, page 1 still used by b */
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.reserved_bytes, 6 * MiB);
+    CHECK_EQ_U(st.total_free_bytes, 3 * MiB);
+    CHECK_EQ_U(st.largest_free_bytes, 3 * MiB);
+    CHECK_OK(gm_pool_check(p));
+    /* an 8 MiB block does not fit the 3 MiB hole: new pages come from recycling page 0 */
+    CHECK_OK(gm_alloc(p, 8 * MiB, NULL, &c));
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP], 1);
+    CHECK_EQ_U(st.reserved_bytes, 6 * MiB + 6 * MiB); /* 4 pages for c, one of them recycled */
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free(p, b, NULL));
+    CHECK_OK(gm_free(p, c, NULL));
+    CHECK_OK(gm_trim(p, 0));
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.reserved_bytes, 0);
+    CHECK_EQ_U(st.device_calls[GM_CALL_PHYS_RELEASE], st.device_calls[GM_CALL_PHYS_CREATE]);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+
+    gm_sim_config nv = {0};
+    nv.no_vmm = 1;
+    gm_backend *novmm = NULL;
+    REQUIRE_OK(gm_sim_backend_create(&nv, &novmm));
+    gm_pool *q = NULL;
+    CHECK_STATUS(gm_pool_create(novmm, &cfg, &q), GM_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "VMM");
+    gm_backend_destroy(novmm);
+    gm_backend_destroy(be);
+}
+
+static void test_reset_peaks_and_names(void)
+{
+    gm_backend *be = sim_new(0, 0);
+    gm_pool *p = pool_new(be, NULL);
+    void *a;
+    CHECK_OK(gm_alloc(p, 5 * MiB, NULL, &a));
+    CHECK_OK(gm_free(p, a, NULL));
+    CHECK_OK(gm_pool_reset_peaks(p));
+    gm_stats st;
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.peak_live_bytes, 0);
+    CHECK_EQ_U(st.peak_reserved_bytes, st.reserved_bytes);
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+
+    gm_segments seg;
+    CHECK_OK(gm_segments_parse("vmm", &seg));
+    CHECK_EQ_U(seg, GM_SEGMENTS_VMM);
+    CHECK_STATUS(gm_segments_parse("bogus", &seg), GM_ERR_INVALID_ARGUMENT);
+    CHECK(strcmp(gm_status_str(GM_ERR_OUT_OF_MEMORY), "out of memory") == 0);
+    CHECK(strcmp(gm_status_str((gm_status)999), "unknown status") == 0);
+    CHECK(strcmp(gm_version(), GM_VERSION_STRING) == 0);
+    CHECK(strcmp(gm_call_str(GM_CALL_MAP), "map") == 0);
+    CHECK(strcmp(gm_release_str(GM_RELEASE_EAGER), "eager") == 0);
+}
+
+int main(void)
+{
+    test_alloc_free_basics();
+    test_design_document_example();
+    test_bad_input();
+    test_limits_and_trim();
+    test_rounding();
+    test_snapshot();
+    test_streams();
+    test_vmm_pages();
+    test_reset_peaks_and_names();
+    (void)callback_calls;
+    return check_summary();
+}

@@ -1,0 +1,86 @@
+/*
+ * Several threads allocate and free on one pool at once, each on its own stream, while another
+ * thread reads stats and validates. Run under ThreadSanitizer in CI (.ci/run).
+ */
+#include "check.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+enum { THREADS = 4, OPS = 20000, HELD = 32 };
+
+typedef struct worker {
+    gm_pool *pool;
+    gm_stream stream;
+    uint64_t seed;
+    unsigned long errors;
+} worker;
+
+static void *work(void *arg)
+{
+    worker *w = arg;
+    void *held[HELD] = {0};
+    for (int i = 0; i < OPS; i++) {
+        size_t slot = (size_t)(check_rand(&w->seed) % HELD);
+        if (held[slot]) {
+            w->errors += gm_free(w->pool, held[slot], w->stream) != GM_OK;
+            held[slot] = NULL;
+        } else {
+            size_t size = 1 + (size_t)(check_rand(&w->seed) % (3u << 20));
+            w->errors += gm_alloc(w->pool, size, w->stream, &held[slot]) != GM_OK;
+        }
+    }
+    for (int i = 0; i < HELD; i++)
+        if (held[i])
+            w->errors += gm_free(w->pool, held[i], w->stream) != GM_OK;
+    return NULL;
+}
+
+static _Atomic int stop_checker;
+static void *checker(void *arg)
+{
+    gm_pool *pool = arg;
+    unsigned long bad = 0;
+    while (!stop_checker) {
+        gm_stats st;
+        bad += gm_pool_stats(pool, &st) != GM_OK;
+        bad += gm_pool_check(pool) != GM_OK;
+    }
+    return (void *)(uintptr_t)bad;
+}
+
+int main(void)
+{
+    gm_backend *be = NULL;
+    REQUIRE_OK(gm_sim_backend_create(NULL, &be));
+    gm_pool *pool = NULL;
+    REQUIRE_OK(gm_pool_create(be, NULL, &pool));
+    worker w[THREADS];
+    pthread_t t[THREADS], c;
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (worker){pool, NULL, (uint64_t)i * 7919 + 1, 0};
+        if (i)
+            REQUIRE_OK(gm_sim_stream_create(be, &w[i].stream));
+    }
+    REQUIRE(pthread_create(&c, NULL, checker, pool) == 0);
+    for (int i = 0; i < THREADS; i++)
+        REQUIRE(pthread_create(&t[i], NULL, work, &w[i]) == 0);
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_EQ_U(w[i].errors, 0);
+    }
+    stop_checker = 1;
+    void *bad = NULL;
+    pthread_join(c, &bad);
+    CHECK_EQ_U((uintptr_t)bad, 0);
+    gm_stats st;
+    CHECK_OK(gm_pool_stats(pool, &st));
+    CHECK_EQ_U(st.live_bytes, 0);
+    CHECK_EQ_U(st.alloc_count, st.free_count);
+    CHECK_OK(gm_pool_check(pool));
+    CHECK_OK(gm_pool_destroy(pool));
+    for (int i = 1; i < THREADS; i++)
+        CHECK_OK(gm_sim_stream_destroy(be, w[i].stream));
+    gm_backend_destroy(be);
+    return check_summary();
+}
