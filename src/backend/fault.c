@@ -1,0 +1,257 @@
+/*
+ * Fault injection (SQLite's faultsim): a backend that forwards every method to `inner` and
+ * fails chosen calls, so tests can check that every failure path of the pool returns a status,
+ * keeps the pool valid and leaks nothing.
+ *
+ * Eligible calls are numbered 1, 2, ... in the order they arrive (from creation, and again from
+ * each fault_backend_set): mem_alloc, va_reserve,
+ * phys_create (failed with GM_ERR_OUT_OF_MEMORY, as a full device would) and map, copy,
+ * event_create, event_record (failed with GM_ERR_BACKEND). Call number `fail_at` fails (0 =
+ * never); with `persistent`, every eligible call from then on fails too. A failed call is not
+ * forwarded, so it has no effect on `inner`, as the backend failure contract requires.
+ *
+ * Counters: the wrapper's own counters mirror what `inner` counted for each forwarded call
+ * (calls, time, copy bytes); injected failures are not counted, as no device saw them. With
+ * several threads sharing `inner` the mirrored time of one call may include another thread's
+ * charge of the same kind; counts stay exact.
+ *
+ * The wrapper does not own `inner`. Thread-safe: the counters are atomics.
+ */
+#include "backend.h"
+
+#include <stdlib.h>
+
+typedef struct fault_backend {
+    gm_backend base; /* first, so a gm_backend * is a fault_backend * */
+    gm_backend *inner;
+    _Atomic uint64_t fail_at;
+    _Atomic bool persistent;
+    _Atomic uint64_t seen;
+} fault_backend;
+
+static fault_backend *fault_of(gm_backend *b)
+{
+    return (fault_backend *)b;
+}
+
+/* Number this eligible call; true when it must fail. */
+static bool fault_strikes(fault_backend *f)
+{
+    uint64_t n = atomic_fetch_add(&f->seen, 1) + 1;
+    uint64_t at = atomic_load(&f->fail_at);
+    return at != 0 && (n == at || (n > at && atomic_load(&f->persistent)));
+}
+
+static gm_status fault_inject(fault_backend *f, gm_status st, const char *what)
+{
+    return backend_set_error(st, "fault: injected failure of %s (eligible call %llu)", what,
+                             (unsigned long long)atomic_load(&f->seen));
+}
+
+typedef struct mirror_mark {
+    uint64_t calls, time_ns, copy_bytes;
+} mirror_mark;
+
+static mirror_mark mirror_begin(fault_backend *f, gm_call kind)
+{
+    gm_backend *in = f->inner;
+    return (mirror_mark){atomic_load(&in->calls[kind]), atomic_load(&in->time_ns[kind]),
+                         atomic_load(&in->copy_bytes)};
+}
+
+/* Charge ourselves what inner charged since `m`, if it counted the call. */
+static gm_status mirror_end(fault_backend *f, gm_call kind, mirror_mark m, gm_status st)
+{
+    gm_backend *in = f->inner;
+    if (atomic_load(&in->calls[kind]) != m.calls) {
+        backend_charge(&f->base, kind, atomic_load(&in->time_ns[kind]) - m.time_ns);
+        atomic_fetch_add(&f->base.copy_bytes, atomic_load(&in->copy_bytes) - m.copy_bytes);
+    }
+    return st;
+}
+
+/* Forward one counted call, mirroring its charge. */
+#define FORWARD(f, kind, call)                                                                  \
+    do {                                                                                        \
+        mirror_mark m_ = mirror_begin((f), (kind));                                             \
+        return mirror_end((f), (kind), m_, (f)->inner->ops->call);                              \
+    } while (0)
+
+static gm_status fault_mem_alloc(gm_backend *b, size_t size, uintptr_t *out)
+{
+    fault_backend *f = fault_of(b);
+    if (fault_strikes(f))
+        return fault_inject(f, GM_ERR_OUT_OF_MEMORY, "mem_alloc");
+    FORWARD(f, GM_CALL_MEM_ALLOC, mem_alloc(f->inner, size, out));
+}
+
+static gm_status fault_mem_free(gm_backend *b, uintptr_t addr)
+{
+    fault_backend *f = fault_of(b);
+    FORWARD(f, GM_CALL_MEM_FREE, mem_free(f->inner, addr));
+}
+
+static gm_status fault_va_reserve(gm_backend *b, size_t size, size_t align, uintptr_t *out)
+{
+    fault_backend *f = fault_of(b);
+    if (fault_strikes(f))
+        return fault_inject(f, GM_ERR_OUT_OF_MEMORY, "va_reserve");
+    FORWARD(f, GM_CALL_VA_RESERVE, va_reserve(f->inner, size, align, out));
+}
+
+static gm_status fault_va_release(gm_backend *b, uintptr_t addr, size_t size)
+{
+    fault_backend *f = fault_of(b);
+    FORWARD(f, GM_CALL_VA_RELEASE, va_release(f->inner, addr, size));
+}
+
+static gm_status fault_phys_create(gm_backend *b, size_t size, gm_phys *out)
+{
+    fault_backend *f = fault_of(b);
+    if (fault_strikes(f))
+        return fault_inject(f, GM_ERR_OUT_OF_MEMORY, "phys_create");
+    FORWARD(f, GM_CALL_PHYS_CREATE, phys_create(f->inner, size, out));
+}
+
+static gm_status fault_phys_release(gm_backend *b, gm_phys phys)
+{
+    fault_backend *f = fault_of(b);
+    FORWARD(f, GM_CALL_PHYS_RELEASE, phys_release(f->inner, phys));
+}
+
+static gm_status fault_map(gm_backend *b, uintptr_t addr, size_t size, gm_phys phys)
+{
+    fault_backend *f = fault_of(b);
+    if (fault_strikes(f))
+        return fault_inject(f, GM_ERR_BACKEND, "map");
+    FORWARD(f, GM_CALL_MAP, map(f->inner, addr, size, phys));
+}
+
+static gm_status fault_unmap(gm_backend *b, uintptr_t addr, size_t size)
+{
+    fault_backend *f = fault_of(b);
+    FORWARD(f, GM_CALL_UNMAP, unmap(f->inner, addr, size));
+}
+
+static gm_status fault_copy(gm_backend *b, uintptr_t dst, uintptr_t src, size_t size,
+                            gm_stream s)
+{
+    fault_backend *f = fault_of(b);
+    if (fault_strikes(f))
+        return fault_inject(f, GM_ERR_BACKEND, "copy");
+    FORWARD(f, GM_CALL_COPY, copy(f->inner, dst, src, size, s));
+}
+
+static gm_status fault_event_create(gm_backend *b, gm_event *out)
+{
+    fault_backend *f = fault_of(b);
+    if (fault_strikes(f))
+        return fault_inject(f, GM_ERR_BACKEND, "event_create");
+    FORWARD(f, GM_CALL_EVENT_CREATE, event_create(f->inner, out));
+}
+
+static gm_status fault_event_destroy(gm_backend *b, gm_event ev)
+{
+    fault_backend *f = fault_of(b);
+    FORWARD(f, GM_CALL_EVENT_DESTROY, event_destroy(f->inner, ev));
+}
+
+static gm_status fault_event_record(gm_backend *b, gm_event ev, gm_stream s)
+{
+    fault_backend *f = fault_of(b);
+    if (fault_strikes(f))
+        return fault_inject(f, GM_ERR_BACKEND, "event_record");
+    FORWARD(f, GM_CALL_EVENT_RECORD, event_record(f->inner, ev, s));
+}
+
+static gm_status fault_event_query(gm_backend *b, gm_event ev)
+{
+    fault_backend *f = fault_of(b);
+    FORWARD(f, GM_CALL_EVENT_QUERY, event_query(f->inner, ev));
+}
+
+static gm_status fault_stream_wait_event(gm_backend *b, gm_stream s, gm_event ev)
+{
+    fault_backend *f = fault_of(b);
+    FORWARD(f, GM_CALL_STREAM_WAIT, stream_wait_event(f->inner, s, ev));
+}
+
+static gm_status fault_stream_sync(gm_backend *b, gm_stream s)
+{
+    fault_backend *f = fault_of(b);
+    return f->inner->ops->stream_sync(f->inner, s);
+}
+
+static gm_status fault_mem_info(gm_backend *b, size_t *free_bytes, size_t *total_bytes)
+{
+    fault_backend *f = fault_of(b);
+    FORWARD(f, GM_CALL_MEM_INFO, mem_info(f->inner, free_bytes, total_bytes));
+}
+
+static gm_status fault_info(gm_backend *b, gm_device_info *out)
+{
+    fault_backend *f = fault_of(b);
+    return f->inner->ops->info(f->inner, out);
+}
+
+static uint64_t fault_clock_ns(gm_backend *b)
+{
+    fault_backend *f = fault_of(b);
+    return f->inner->ops->clock_ns(f->inner);
+}
+
+static void fault_destroy(gm_backend *b)
+{
+    free(fault_of(b));
+}
+
+static const gm_backend_ops fault_ops = {
+    .mem_alloc = fault_mem_alloc,
+    .mem_free = fault_mem_free,
+    .va_reserve = fault_va_reserve,
+    .va_release = fault_va_release,
+    .phys_create = fault_phys_create,
+    .phys_release = fault_phys_release,
+    .map = fault_map,
+    .unmap = fault_unmap,
+    .copy = fault_copy,
+    .event_create = fault_event_create,
+    .event_destroy = fault_event_destroy,
+    .event_record = fault_event_record,
+    .event_query = fault_event_query,
+    .stream_wait_event = fault_stream_wait_event,
+    .stream_sync = fault_stream_sync,
+    .mem_info = fault_mem_info,
+    .info = fault_info,
+    .clock_ns = fault_clock_ns,
+    .destroy = fault_destroy,
+};
+
+gm_status fault_backend_create(gm_backend *inner, gm_backend **out)
+{
+    if (!inner || !out)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "fault_backend_create: NULL argument");
+    fault_backend *f = calloc(1, sizeof *f);
+    if (!f)
+        return backend_set_error(GM_ERR_HOST_MEMORY, "fault_backend_create: out of host memory");
+    backend_init(&f->base, &fault_ops, &inner->caps);
+    f->inner = inner;
+    atomic_init(&f->fail_at, 0);
+    atomic_init(&f->persistent, false);
+    atomic_init(&f->seen, 0);
+    *out = &f->base;
+    return GM_OK;
+}
+
+void fault_backend_set(gm_backend *fault, uint64_t fail_at, bool fail_persistently)
+{
+    fault_backend *f = fault_of(fault);
+    atomic_store(&f->persistent, fail_persistently);
+    atomic_store(&f->fail_at, fail_at);
+    atomic_store(&f->seen, 0);
+}
+
+uint64_t fault_backend_calls_seen(gm_backend *fault)
+{
+    return atomic_load(&fault_of(fault)->seen);
+}

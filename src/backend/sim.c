@@ -1,0 +1,1344 @@
+/*
+ * The simulated GPU (DESIGN.md §5, docs/backends.md): a first-class backend with no hardware.
+ *
+ * Model
+ *   Address space: one private range [va_base, va_base + va_size) of 64 x capacity (8 x with host
+ *   backing). Plain segments
+ *   and VMM reservations both take address ranges from it (first fit over a sorted array of free
+ *   extents, coalesced on release); a live range's address is never 0 and never handed out
+ *   again while it lives. Without host backing addresses are numbers from 1 TiB up; with host
+ *   backing the range is one MAP_NORESERVE host mapping and device address == host address.
+ *   Physical memory: a counter against capacity. A segment consumes its size rounded up to
+ *   2 MiB (cuMemAlloc's granule), a physical page run its size; a mapped run whose handle was
+ *   released keeps its memory until it is unmapped (the driver's reference count).
+ *   VMM: each reservation keeps a page table (one uint32 per granule: physical slot + 1, or 0).
+ *   A physical run is mapped at most once at a time (the driver allows several mappings of one
+ *   handle; gpumem never needs that, and one mapping keeps "where are its bytes" simple).
+ *   Host backing of VMM: bytes belong to the physical run. While mapped they live at its
+ *   address; unmap copies them into a private buffer of the run and discards the address's
+ *   pages (MADV_DONTNEED); the next map copies them in wherever the run is mapped.
+ *   Streams: each stream queues items (kernels, copies, and waits on events of other streams),
+ *   numbered 1, 2, ... by `launched`; items complete in order (`completed`). Kernels and copies
+ *   complete at once, or with manual_streams only when gm_sim_stream_complete / stream_sync
+ *   reaches them. A wait item completes by itself as soon as the awaited work has completed;
+ *   completing a stream by hand first completes the work its waits await (a kernel cannot finish
+ *   before what it waits for). An event is (stream, ticket): complete iff completed >= ticket.
+ *   Costs: every call that passes argument checks and reaches the "device" is counted and
+ *   charged cost_model_ns (cost.c; 0 with no_costs), including calls that fail with
+ *   GM_ERR_OUT_OF_MEMORY, as the driver spends the time; calls rejected for bad arguments and
+ *   failures of host metadata allocation are not counted. Charged time advances the clock.
+ *
+ * Invariants (under `lock`): used == sum of live segment spans + live physical run sizes;
+ * ranges[] is sorted by start and disjoint, and no free extent overlaps a live range; a
+ * reservation's page entries of a mapped run are exactly the granules of its mapping, and the
+ * run's mapped_at is that mapping's start; every queued wait item has a ticket > completed.
+ *
+ * Bounds: range and extent lookups O(log R) plus O(R) array moves on insert/remove (R = live
+ * ranges, free extents <= R + 1); address allocation scans free extents, O(R); handle lookups
+ * O(1); map/unmap O(granules touched); copies O(size) with host backing.
+ * One mutex guards everything; counters and the clock are atomics.
+ */
+#include "backend.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef GM_DEBUG
+#define GM_DEBUG 1
+#endif
+
+static_assert(sizeof(uintptr_t) == 8, "the simulated address space needs 64-bit addresses");
+
+static const size_t SIM_DEFAULT_CAPACITY = (size_t)141 << 30;
+static const size_t SIM_DEFAULT_GRANULARITY = (size_t)2 << 20;
+static const size_t SIM_SEGMENT_GRANULE = (size_t)2 << 20; /* cuMemAlloc rounds to this */
+static const uintptr_t SIM_VA_BASE = (uintptr_t)1 << 40;   /* no host backing: 1 TiB up */
+/* Address space per byte of capacity. Real devices have far more virtual space than memory
+ * (each VMM arena of each stream reserves up to the capacity), so without host backing the sim
+ * offers 64 x capacity; with host backing it must fit one host mapping, so 8 x. */
+static const size_t SIM_VA_PER_CAPACITY = 64;
+static const size_t SIM_VA_PER_CAPACITY_HOST = 8;
+static const uint32_t SIM_NO_SLOT = UINT32_MAX;
+static const uint64_t SIM_STREAM_TAG = 0x51;                /* low bits of a stream handle */
+
+typedef enum range_kind { RANGE_SEGMENT, RANGE_RESERVE } range_kind;
+
+typedef struct live_range {
+    uintptr_t start;
+    size_t size;     /* bytes asked for: segment size, or reserved size */
+    size_t span;     /* address space (and, for segments, capacity) taken */
+    range_kind kind;
+    uint32_t *pages; /* reservations: physical slot + 1 per granule, 0 = unmapped */
+    size_t mapped;   /* reservations: granules mapped */
+} live_range;
+
+typedef struct va_extent {
+    uintptr_t start;
+    size_t size;
+} va_extent;
+
+typedef struct phys_slot {
+    size_t size;
+    uintptr_t mapped_at;  /* 0 = not mapped */
+    unsigned char *bytes; /* host backing while unmapped, NULL = all zero */
+    uint32_t gen;
+    uint32_t next_free;
+    bool live;
+    bool released; /* handle released while mapped: freed by the unmap */
+} phys_slot;
+
+typedef struct event_slot {
+    uint32_t gen;
+    uint32_t next_free;
+    uint32_t stream;
+    uint64_t ticket;
+    bool live;
+    bool recorded;
+} event_slot;
+
+typedef struct stream_wait {
+    uint64_t ticket; /* this wait's item number on its stream */
+    uint32_t stream; /* the awaited stream */
+    uint64_t until;  /* the awaited stream's ticket */
+} stream_wait;
+
+typedef struct sim_stream {
+    uint64_t launched, completed;
+    stream_wait *waits; /* pending waits, FIFO [head, count), tickets increasing */
+    size_t head, count, cap;
+    bool live;
+} sim_stream;
+
+typedef struct sim {
+    gm_backend base; /* first, so a gm_backend * is a sim * */
+    pthread_mutex_t lock;
+    bool lock_held;
+    bool manual_streams, no_costs;
+    size_t capacity, gran, used;
+    _Atomic uint64_t clock;
+
+    uintptr_t va_base;
+    size_t va_size;
+    void *host_map; /* host backing: the whole address space */
+    size_t host_map_size;
+
+    va_extent *free_va;
+    size_t free_count, free_cap;
+    live_range *ranges;
+    size_t range_count, range_cap;
+
+    phys_slot *phys;
+    size_t phys_count, phys_cap;
+    uint32_t phys_free;
+    event_slot *events;
+    size_t event_count, event_cap;
+    uint32_t event_free;
+    sim_stream *streams; /* [0] is the default stream; never reused, freed at destroy */
+    size_t stream_count, stream_cap;
+} sim;
+
+static const gm_backend_ops sim_ops;
+
+#define ASSERT_LOCKED(s) assert(GM_DEBUG < 2 || (s)->lock_held)
+
+/* ---------------------------------------------------------------------------------------------
+ * Small helpers
+ * ------------------------------------------------------------------------------------------- */
+
+static bool is_pow2(size_t x)
+{
+    return x != 0 && (x & (x - 1)) == 0;
+}
+
+/* Round up to a power of two `a`; false on overflow. */
+static bool round_up(size_t x, size_t a, size_t *out)
+{
+    if (x > SIZE_MAX - (a - 1))
+        return false;
+    *out = (x + a - 1) & ~(a - 1);
+    return true;
+}
+
+/* Make room for `need` elements of `elem` bytes in *arr. */
+static bool grow_array(void **arr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    size_t n = *cap ? *cap : 16;
+    while (n < need)
+        n *= 2;
+    void *p = realloc(*arr, n * elem);
+    if (!p)
+        return false;
+    *arr = p;
+    *cap = n;
+    return true;
+}
+
+static sim *sim_of(gm_backend *b)
+{
+    return (sim *)b;
+}
+
+static void sim_lock(sim *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->lock_held = true;
+}
+
+static void sim_unlock(sim *s)
+{
+    s->lock_held = false;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Count one device call and charge its modelled cost to the counters and the clock. */
+static void sim_charge(sim *s, gm_call kind, size_t size)
+{
+    uint64_t ns = s->no_costs ? 0 : cost_model_ns(kind, size);
+    atomic_fetch_add_explicit(&s->clock, ns, memory_order_relaxed);
+    backend_charge(&s->base, kind, ns);
+}
+
+static gm_status host_memory_error(const char *what)
+{
+    return backend_set_error(GM_ERR_HOST_MEMORY, "sim: %s: host metadata allocation failed", what);
+}
+
+static gm_status no_vmm_error(const char *what)
+{
+    return backend_set_error(GM_ERR_UNSUPPORTED, "sim: %s: this simulated device has no VMM",
+                             what);
+}
+
+/* Handles of physical runs and events: generation in the high half, slot + 1 in the low. */
+static uint64_t handle_pack(uint32_t slot, uint32_t gen)
+{
+    return ((uint64_t)gen << 32) | ((uint64_t)slot + 1);
+}
+
+static uint32_t handle_slot(uint64_t h)
+{
+    return (uint32_t)(h & 0xffffffffu) - 1u;
+}
+
+static uint32_t handle_gen(uint64_t h)
+{
+    return (uint32_t)(h >> 32);
+}
+
+/* Give pages of the host backing back to the host; they read as zero afterwards. */
+static void host_discard(sim *s, uintptr_t addr, size_t size)
+{
+    if (s->host_map && size)
+        madvise((void *)addr, size, MADV_DONTNEED);
+}
+
+static unsigned char *host_buffer_new(size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void host_buffer_free(unsigned char *p, size_t size)
+{
+    if (p)
+        munmap(p, size);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Address space: sorted, coalesced free extents; first fit with alignment
+ * ------------------------------------------------------------------------------------------- */
+
+/* Each allocation or release adds at most one extent; reserve room first so neither fails. */
+static bool va_make_room_locked(sim *s)
+{
+    return grow_array((void **)&s->free_va, &s->free_cap, s->free_count + 1, sizeof(va_extent));
+}
+
+static void va_replace_locked(sim *s, size_t i, const va_extent *repl, size_t n)
+{
+    size_t tail = s->free_count - i - 1;
+    memmove(&s->free_va[i + n], &s->free_va[i + 1], tail * sizeof(va_extent));
+    if (n)
+        memcpy(&s->free_va[i], repl, n * sizeof(va_extent));
+    s->free_count = s->free_count - 1 + n;
+}
+
+/* Take `size` bytes aligned to `align` (a power of two); false when no extent fits. Needs
+ * va_make_room_locked first. */
+static bool va_take_locked(sim *s, size_t size, size_t align, uintptr_t *out)
+{
+    ASSERT_LOCKED(s);
+    for (size_t i = 0; i < s->free_count; i++) {
+        va_extent e = s->free_va[i];
+        uintptr_t a = (e.start + (align - 1)) & ~(uintptr_t)(align - 1);
+        if (a < e.start || a - e.start > e.size || size > e.size - (a - e.start))
+            continue;
+        va_extent rest[2];
+        size_t n = 0;
+        if (a > e.start)
+            rest[n++] = (va_extent){e.start, a - e.start};
+        if (a + size < e.start + e.size)
+            rest[n++] = (va_extent){a + size, e.start + e.size - (a + size)};
+        va_replace_locked(s, i, rest, n);
+        *out = a;
+        return true;
+    }
+    return false;
+}
+
+/* Return a range to the free extents, merging with its neighbours. Needs va_make_room_locked. */
+static void va_give_locked(sim *s, uintptr_t start, size_t size)
+{
+    ASSERT_LOCKED(s);
+    size_t lo = 0, hi = s->free_count;
+    while (lo < hi) { /* first extent after start */
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->free_va[mid].start < start)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    bool join_prev = lo > 0 && s->free_va[lo - 1].start + s->free_va[lo - 1].size == start;
+    bool join_next = lo < s->free_count && start + size == s->free_va[lo].start;
+    if (join_prev && join_next) {
+        va_extent merged = {s->free_va[lo - 1].start,
+                            s->free_va[lo - 1].size + size + s->free_va[lo].size};
+        s->free_va[lo - 1] = merged;
+        va_replace_locked(s, lo, NULL, 0);
+    } else if (join_prev) {
+        s->free_va[lo - 1].size += size;
+    } else if (join_next) {
+        s->free_va[lo].start = start;
+        s->free_va[lo].size += size;
+    } else {
+        memmove(&s->free_va[lo + 1], &s->free_va[lo], (s->free_count - lo) * sizeof(va_extent));
+        s->free_va[lo] = (va_extent){start, size};
+        s->free_count++;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Live ranges: sorted by start
+ * ------------------------------------------------------------------------------------------- */
+
+/* Number of live ranges that start at or below addr. */
+static size_t range_rank_locked(const sim *s, uintptr_t addr)
+{
+    size_t lo = 0, hi = s->range_count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->ranges[mid].start <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static live_range *range_containing_locked(sim *s, uintptr_t addr)
+{
+    size_t r = range_rank_locked(s, addr);
+    if (r == 0)
+        return NULL;
+    live_range *lr = &s->ranges[r - 1];
+    return addr - lr->start < lr->size ? lr : NULL;
+}
+
+static live_range *range_at_locked(sim *s, uintptr_t addr, range_kind kind)
+{
+    size_t r = range_rank_locked(s, addr);
+    if (r == 0 || s->ranges[r - 1].start != addr || s->ranges[r - 1].kind != kind)
+        return NULL;
+    return &s->ranges[r - 1];
+}
+
+static bool range_make_room_locked(sim *s)
+{
+    return grow_array((void **)&s->ranges, &s->range_cap, s->range_count + 1, sizeof(live_range));
+}
+
+static void range_insert_locked(sim *s, const live_range *lr)
+{
+    size_t r = range_rank_locked(s, lr->start);
+    memmove(&s->ranges[r + 1], &s->ranges[r], (s->range_count - r) * sizeof(live_range));
+    s->ranges[r] = *lr;
+    s->range_count++;
+}
+
+static void range_remove_locked(sim *s, live_range *lr)
+{
+    size_t r = (size_t)(lr - s->ranges);
+    free(lr->pages);
+    memmove(&s->ranges[r], &s->ranges[r + 1], (s->range_count - r - 1) * sizeof(live_range));
+    s->range_count--;
+}
+
+/* Is [addr, addr + size) device memory: inside one live segment, or mapped pages of one
+ * reservation? size 0 is checked as 1 byte. */
+static bool range_accessible_locked(sim *s, uintptr_t addr, size_t size)
+{
+    live_range *lr = range_containing_locked(s, addr);
+    size_t off = lr ? addr - lr->start : 0;
+    if (size == 0)
+        size = 1;
+    if (!lr || size > lr->size - off)
+        return false;
+    if (lr->kind == RANGE_SEGMENT)
+        return true;
+    for (size_t g = off / s->gran; g <= (off + size - 1) / s->gran; g++)
+        if (!lr->pages[g])
+            return false;
+    return true;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Physical runs and events: slot tables with free lists and generations
+ * ------------------------------------------------------------------------------------------- */
+
+static phys_slot *phys_lookup_locked(sim *s, gm_phys h)
+{
+    uint32_t slot = handle_slot(h);
+    if (h == 0 || slot >= s->phys_count)
+        return NULL;
+    phys_slot *p = &s->phys[slot];
+    return p->live && !p->released && p->gen == handle_gen(h) ? p : NULL;
+}
+
+static bool phys_new_locked(sim *s, size_t size, gm_phys *out)
+{
+    uint32_t slot = s->phys_free;
+    if (slot == SIM_NO_SLOT) {
+        if (s->phys_count >= SIM_NO_SLOT - 1 ||
+            !grow_array((void **)&s->phys, &s->phys_cap, s->phys_count + 1, sizeof(phys_slot)))
+            return false;
+        slot = (uint32_t)s->phys_count++;
+        s->phys[slot].gen = 1;
+    } else {
+        s->phys_free = s->phys[slot].next_free;
+    }
+    phys_slot *p = &s->phys[slot];
+    p->size = size;
+    p->mapped_at = 0;
+    p->bytes = NULL;
+    p->live = true;
+    p->released = false;
+    *out = handle_pack(slot, p->gen);
+    return true;
+}
+
+/* Free a run's slot and give its memory back to the device. */
+static void phys_free_locked(sim *s, phys_slot *p)
+{
+    host_buffer_free(p->bytes, p->size);
+    p->bytes = NULL;
+    s->used -= p->size;
+    p->live = false;
+    p->gen = p->gen == UINT32_MAX ? 1 : p->gen + 1;
+    p->next_free = s->phys_free;
+    s->phys_free = (uint32_t)(p - s->phys);
+}
+
+static event_slot *event_lookup_locked(sim *s, gm_event h)
+{
+    uint32_t slot = handle_slot(h);
+    if (h == 0 || slot >= s->event_count)
+        return NULL;
+    event_slot *e = &s->events[slot];
+    return e->live && e->gen == handle_gen(h) ? e : NULL;
+}
+
+static bool event_new_locked(sim *s, gm_event *out)
+{
+    uint32_t slot = s->event_free;
+    if (slot == SIM_NO_SLOT) {
+        if (s->event_count >= SIM_NO_SLOT - 1 ||
+            !grow_array((void **)&s->events, &s->event_cap, s->event_count + 1,
+                        sizeof(event_slot)))
+            return false;
+        slot = (uint32_t)s->event_count++;
+        s->events[slot].gen = 1;
+    } else {
+        s->event_free = s->events[slot].next_free;
+    }
+    event_slot *e = &s->events[slot];
+    e->live = true;
+    e->recorded = false;
+    *out = (gm_event)handle_pack(slot, e->gen);
+    return true;
+}
+
+static void event_free_locked(sim *s, event_slot *e)
+{
+    e->live = false;
+    e->gen = e->gen == UINT32_MAX ? 1 : e->gen + 1;
+    e->next_free = s->event_free;
+    s->event_free = (uint32_t)(e - s->events);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Streams. A handle is (index << 32) | SIM_STREAM_TAG; NULL and CUDA's two special handles
+ * (cudaStreamLegacy = 1, cudaStreamPerThread = 2) are the default stream, index 0.
+ * ------------------------------------------------------------------------------------------- */
+
+static bool stream_index_locked(const sim *s, gm_stream h, uint32_t *out)
+{
+    uint64_t v = (uint64_t)(uintptr_t)h;
+    if (v <= 2) {
+        *out = 0;
+        return true;
+    }
+    uint64_t idx = v >> 32;
+    if ((v & 0xffffffffu) != SIM_STREAM_TAG || idx == 0 || idx >= s->stream_count ||
+        !s->streams[idx].live)
+        return false;
+    *out = (uint32_t)idx;
+    return true;
+}
+
+static gm_status bad_stream_error(const char *what, gm_stream h)
+{
+    return backend_set_error(GM_ERR_INVALID_ARGUMENT, "sim: %s: %p is not a live stream", what,
+                             (void *)h);
+}
+
+static bool stream_done_locked(sim *s, uint32_t si, uint64_t ticket);
+
+/* Complete, in order, whatever can finish by itself: waits whose awaited work is done and,
+ * without manual_streams, kernels and copies. Recursion follows waits to older work only. */
+static void stream_advance_locked(sim *s, uint32_t si)
+{
+    for (;;) {
+        sim_stream *st = &s->streams[si];
+        if (st->completed == st->launched)
+            break;
+        stream_wait *w = st->head < st->count ? &st->waits[st->head] : NULL;
+        if (w && w->ticket == st->completed + 1) {
+            stream_wait awaited = *w;
+            if (!stream_done_locked(s, awaited.stream, awaited.until))
+                break;
+            st = &s->streams[si];
+            if (st->head < st->count && st->waits[st->head].ticket == awaited.ticket)
+                st->head++;
+            if (st->completed < awaited.ticket)
+                st->completed = awaited.ticket;
+            continue;
+        }
+        if (s->manual_streams)
+            break;
+        st->completed = w ? w->ticket - 1 : st->launched;
+    }
+    sim_stream *st = &s->streams[si];
+    if (st->head == st->count)
+        st->head = st->count = 0;
+}
+
+static bool stream_done_locked(sim *s, uint32_t si, uint64_t ticket)
+{
+    if (s->streams[si].completed >= ticket)
+        return true;
+    stream_advance_locked(s, si);
+    return s->streams[si].completed >= ticket;
+}
+
+/* Complete every item of stream si up to `ticket`, first completing the work its waits await. */
+static void stream_complete_upto_locked(sim *s, uint32_t si, uint64_t ticket)
+{
+    for (;;) {
+        sim_stream *st = &s->streams[si];
+        if (st->completed >= ticket)
+            break;
+        if (st->head < st->count && st->waits[st->head].ticket <= ticket) {
+            stream_wait w = st->waits[st->head];
+            stream_complete_upto_locked(s, w.stream, w.until);
+            st = &s->streams[si];
+            if (st->head < st->count && st->waits[st->head].ticket == w.ticket)
+                st->head++;
+            if (st->completed < w.ticket)
+                st->completed = w.ticket;
+            continue;
+        }
+        st->completed = ticket;
+    }
+    stream_advance_locked(s, si);
+}
+
+/* Queue one kernel or copy on stream si. */
+static void stream_enqueue_locked(sim *s, uint32_t si)
+{
+    s->streams[si].launched++;
+    stream_advance_locked(s, si);
+}
+
+/* Queue a wait for (awaited, until) on stream si. */
+static bool stream_enqueue_wait_locked(sim *s, uint32_t si, uint32_t awaited, uint64_t until)
+{
+    sim_stream *st = &s->streams[si];
+    if (st->head > 0 && st->count == st->cap) {
+        memmove(st->waits, &st->waits[st->head], (st->count - st->head) * sizeof(stream_wait));
+        st->count -= st->head;
+        st->head = 0;
+    }
+    if (!grow_array((void **)&st->waits, &st->cap, st->count + 1, sizeof(stream_wait)))
+        return false;
+    st->launched++;
+    st->waits[st->count++] = (stream_wait){st->launched, awaited, until};
+    stream_advance_locked(s, si);
+    return true;
+}
+
+static bool stream_new_locked(sim *s, uint32_t *out)
+{
+    if (s->stream_count >= UINT32_MAX ||
+        !grow_array((void **)&s->streams, &s->stream_cap, s->stream_count + 1, sizeof(sim_stream)))
+        return false;
+    s->streams[s->stream_count] = (sim_stream){.live = true};
+    *out = (uint32_t)s->stream_count++;
+    return true;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Plain segments
+ * ------------------------------------------------------------------------------------------- */
+
+static gm_status sim_mem_alloc(gm_backend *b, size_t size, uintptr_t *out)
+{
+    sim *s = sim_of(b);
+    size_t span = 0;
+    if (!out || size == 0)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "sim: mem_alloc: %s",
+                                 out ? "size 0" : "NULL out");
+    sim_lock(s);
+    bool fits = round_up(size, SIM_SEGMENT_GRANULE, &span) && span <= s->capacity - s->used;
+    uintptr_t addr = 0;
+    gm_status st = GM_OK;
+    if (!range_make_room_locked(s) || !va_make_room_locked(s)) {
+        st = host_memory_error("mem_alloc");
+    } else if (!fits) {
+        sim_charge(s, GM_CALL_MEM_ALLOC, size);
+        st = backend_set_error(GM_ERR_OUT_OF_MEMORY,
+                               "sim: cuMemAlloc(%zu bytes): CUDA_ERROR_OUT_OF_MEMORY: "
+                               "%zu of %zu bytes free (segments take 2 MiB granules)",
+                               size, s->capacity - s->used, s->capacity);
+    } else if (!va_take_locked(s, span, SIM_SEGMENT_GRANULE, &addr)) {
+        sim_charge(s, GM_CALL_MEM_ALLOC, size);
+        st = backend_set_error(GM_ERR_OUT_OF_MEMORY,
+                               "sim: cuMemAlloc(%zu bytes): address space exhausted", size);
+    } else {
+        range_insert_locked(s, &(live_range){addr, size, span, RANGE_SEGMENT, NULL, 0});
+        s->used += span;
+        sim_charge(s, GM_CALL_MEM_ALLOC, size);
+        *out = addr;
+    }
+    sim_unlock(s);
+    return st;
+}
+
+static gm_status sim_mem_free(gm_backend *b, uintptr_t addr)
+{
+    sim *s = sim_of(b);
+    gm_status st = GM_OK;
+    sim_lock(s);
+    live_range *lr = range_at_locked(s, addr, RANGE_SEGMENT);
+    if (!lr) {
+        st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                               "sim: cuMemFree(%#" PRIxPTR "): CUDA_ERROR_INVALID_VALUE: not the "
+                               "start of a live segment", addr);
+    } else if (!va_make_room_locked(s)) {
+        st = host_memory_error("mem_free");
+    } else {
+        size_t size = lr->size, span = lr->span;
+        host_discard(s, addr, span);
+        va_give_locked(s, addr, span);
+        range_remove_locked(s, lr);
+        s->used -= span;
+        sim_charge(s, GM_CALL_MEM_FREE, size);
+    }
+    sim_unlock(s);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * VMM: reservations, physical runs, map / unmap
+ * ------------------------------------------------------------------------------------------- */
+
+static gm_status sim_va_reserve(gm_backend *b, size_t size, size_t align, uintptr_t *out)
+{
+    sim *s = sim_of(b);
+    if (!b->caps.vmm)
+        return no_vmm_error("va_reserve");
+    if (!out || size == 0 || size % s->gran || (align && !is_pow2(align)))
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                                 "sim: va_reserve(%zu, align %zu): size must be a nonzero "
+                                 "multiple of %zu, align 0 or a power of two", size, align,
+                                 s->gran);
+    size_t pages = size / s->gran;
+    uint32_t *table = calloc(pages, sizeof *table);
+    if (!table)
+        return host_memory_error("va_reserve");
+    gm_status st = GM_OK;
+    uintptr_t addr = 0;
+    sim_lock(s);
+    if (!range_make_room_locked(s) || !va_make_room_locked(s)) {
+        st = host_memory_error("va_reserve");
+    } else if (!va_take_locked(s, size, align > s->gran ? align : s->gran, &addr)) {
+        sim_charge(s, GM_CALL_VA_RESERVE, size);
+        st = backend_set_error(GM_ERR_OUT_OF_MEMORY,
+                               "sim: cuMemAddressReserve(%zu bytes): CUDA_ERROR_OUT_OF_MEMORY: "
+                               "the %zu-byte simulated address space is exhausted", size,
+                               s->va_size);
+    } else {
+        range_insert_locked(s, &(live_range){addr, size, size, RANGE_RESERVE, table, 0});
+        table = NULL;
+        sim_charge(s, GM_CALL_VA_RESERVE, size);
+        *out = addr;
+    }
+    sim_unlock(s);
+    free(table);
+    return st;
+}
+
+static gm_status sim_va_release(gm_backend *b, uintptr_t addr, size_t size)
+{
+    sim *s = sim_of(b);
+    if (!b->caps.vmm)
+        return no_vmm_error("va_release");
+    gm_status st = GM_OK;
+    sim_lock(s);
+    live_range *lr = range_at_locked(s, addr, RANGE_RESERVE);
+    if (!lr || lr->size != size) {
+        st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                               "sim: cuMemAddressFree(%#" PRIxPTR ", %zu): "
+                               "CUDA_ERROR_INVALID_VALUE: not a reserved range of that size",
+                               addr, size);
+    } else if (lr->mapped) {
+        st = backend_set_error(GM_ERR_BUSY,
+                               "sim: cuMemAddressFree(%#" PRIxPTR "): %zu pages still mapped",
+                               addr, lr->mapped);
+    } else if (!va_make_room_locked(s)) {
+        st = host_memory_error("va_release");
+    } else {
+        host_discard(s, addr, size);
+        va_give_locked(s, addr, size);
+        range_remove_locked(s, lr);
+        sim_charge(s, GM_CALL_VA_RELEASE, size);
+    }
+    sim_unlock(s);
+    return st;
+}
+
+static gm_status sim_phys_create(gm_backend *b, size_t size, gm_phys *out)
+{
+    sim *s = sim_of(b);
+    if (!b->caps.vmm)
+        return no_vmm_error("phys_create");
+    if (!out || size == 0 || size % s->gran)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                                 "sim: phys_create(%zu): size must be a nonzero multiple of %zu",
+                                 size, s->gran);
+    gm_status st = GM_OK;
+    sim_lock(s);
+    if (size > s->capacity - s->used) {
+        sim_charge(s, GM_CALL_PHYS_CREATE, size);
+        st = backend_set_error(GM_ERR_OUT_OF_MEMORY,
+                               "sim: cuMemCreate(%zu bytes): CUDA_ERROR_OUT_OF_MEMORY: "
+                               "%zu of %zu bytes free", size, s->capacity - s->used, s->capacity);
+    } else if (!phys_new_locked(s, size, out)) {
+        st = host_memory_error("phys_create");
+    } else {
+        s->used += size;
+        sim_charge(s, GM_CALL_PHYS_CREATE, size);
+    }
+    sim_unlock(s);
+    return st;
+}
+
+static gm_status sim_phys_release(gm_backend *b, gm_phys phys)
+{
+    sim *s = sim_of(b);
+    if (!b->caps.vmm)
+        return no_vmm_error("phys_release");
+    gm_status st = GM_OK;
+    sim_lock(s);
+    phys_slot *p = phys_lookup_locked(s, phys);
+    if (!p) {
+        st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                               "sim: cuMemRelease(%#" PRIx64 "): CUDA_ERROR_INVALID_VALUE: "
+                               "not a live physical handle", phys);
+    } else {
+        size_t size = p->size;
+        if (p->mapped_at)
+            p->released = true; /* the mapping keeps the memory until unmap */
+        else
+            phys_free_locked(s, p);
+        sim_charge(s, GM_CALL_PHYS_RELEASE, size);
+    }
+    sim_unlock(s);
+    return st;
+}
+
+/* Where [addr, addr + size) must lie for map/unmap: granule-aligned, inside one reservation. */
+static live_range *vmm_range_locked(sim *s, uintptr_t addr, size_t size, const char *what)
+{
+    live_range *lr = range_containing_locked(s, addr);
+    if (!lr || lr->kind != RANGE_RESERVE || size == 0 || size % s->gran ||
+        (addr - lr->start) % s->gran || size > lr->size - (addr - lr->start)) {
+        backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                          "sim: %s(%#" PRIxPTR ", %zu): CUDA_ERROR_INVALID_VALUE: not a "
+                          "%zu-aligned range inside one reserved range", what, addr, size,
+                          s->gran);
+        return NULL;
+    }
+    return lr;
+}
+
+static gm_status sim_map(gm_backend *b, uintptr_t addr, size_t size, gm_phys phys)
+{
+    sim *s = sim_of(b);
+    if (!b->caps.vmm)
+        return no_vmm_error("map");
+    gm_status st = GM_OK;
+    sim_lock(s);
+    phys_slot *p = phys_lookup_locked(s, phys);
+    live_range *lr = vmm_range_locked(s, addr, size, "cuMemMap");
+    size_t first = lr ? (addr - lr->start) / s->gran : 0, n = size / s->gran;
+    size_t busy = first;
+    while (lr && busy < first + n && !lr->pages[busy])
+        busy++;
+    if (!lr) {
+        st = GM_ERR_INVALID_ARGUMENT;
+    } else if (!p || p->size != size || p->mapped_at) {
+        st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                               "sim: cuMemMap(%#" PRIxPTR ", %zu, %#" PRIx64 "): "
+                               "CUDA_ERROR_INVALID_VALUE: %s", addr, size, phys,
+                               !p ? "not a live physical handle"
+                               : p->size != size ? "size differs from the handle's size"
+                                                 : "handle already mapped (sim maps it once)");
+    } else if (busy < first + n) {
+        st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                               "sim: cuMemMap(%#" PRIxPTR ", %zu): CUDA_ERROR_INVALID_VALUE: "
+                               "%#" PRIxPTR " is already mapped", addr, size,
+                               lr->start + busy * s->gran);
+    } else {
+        uint32_t slot = (uint32_t)(p - s->phys);
+        for (size_t g = first; g < first + n; g++)
+            lr->pages[g] = slot + 1;
+        lr->mapped += n;
+        p->mapped_at = addr;
+        if (p->bytes) { /* host backing: the run's bytes appear at their new address */
+            memcpy((void *)addr, p->bytes, size);
+            host_buffer_free(p->bytes, size);
+            p->bytes = NULL;
+        }
+        sim_charge(s, GM_CALL_MAP, size);
+    }
+    sim_unlock(s);
+    return st;
+}
+
+/* Check that [first, first + n) granules of lr are covered exactly by whole mappings. */
+static bool unmap_covers_whole_mappings_locked(sim *s, live_range *lr, size_t first, size_t n)
+{
+    for (size_t g = first; g < first + n;) {
+        if (!lr->pages[g])
+            return false;
+        phys_slot *p = &s->phys[lr->pages[g] - 1];
+        size_t pages = p->size / s->gran;
+        if (p->mapped_at != lr->start + g * s->gran || pages > first + n - g)
+            return false;
+        g += pages;
+    }
+    return true;
+}
+
+/* Host backing: give each mapped run in the range (not released) a buffer for its bytes. */
+static bool unmap_prepare_buffers_locked(sim *s, live_range *lr, size_t first, size_t n)
+{
+    if (!s->host_map)
+        return true;
+    size_t g = first;
+    for (; g < first + n; g += s->phys[lr->pages[g] - 1].size / s->gran) {
+        phys_slot *p = &s->phys[lr->pages[g] - 1];
+        if (!p->released && !(p->bytes = host_buffer_new(p->size)))
+            break;
+    }
+    if (g >= first + n)
+        return true;
+    for (size_t u = first; u < g; u += s->phys[lr->pages[u] - 1].size / s->gran) {
+        phys_slot *p = &s->phys[lr->pages[u] - 1];
+        host_buffer_free(p->bytes, p->size);
+        p->bytes = NULL;
+    }
+    return false;
+}
+
+static gm_status sim_unmap(gm_backend *b, uintptr_t addr, size_t size)
+{
+    sim *s = sim_of(b);
+    if (!b->caps.vmm)
+        return no_vmm_error("unmap");
+    gm_status st = GM_OK;
+    sim_lock(s);
+    live_range *lr = vmm_range_locked(s, addr, size, "cuMemUnmap");
+    size_t first = lr ? (addr - lr->start) / s->gran : 0, n = size / s->gran;
+    if (!lr) {
+        st = GM_ERR_INVALID_ARGUMENT;
+    } else if (!unmap_covers_whole_mappings_locked(s, lr, first, n)) {
+        st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                               "sim: cuMemUnmap(%#" PRIxPTR ", %zu): CUDA_ERROR_INVALID_VALUE: "
+                               "the range must cover whole mappings and no unmapped page",
+                               addr, size);
+    } else if (!unmap_prepare_buffers_locked(s, lr, first, n)) {
+        st = host_memory_error("unmap");
+    } else {
+        for (size_t g = first; g < first + n;) {
+            phys_slot *p = &s->phys[lr->pages[g] - 1];
+            size_t pages = p->size / s->gran;
+            if (p->bytes)
+                memcpy(p->bytes, (void *)p->mapped_at, p->size);
+            host_discard(s, p->mapped_at, p->size);
+            memset(&lr->pages[g], 0, pages * sizeof lr->pages[0]);
+            p->mapped_at = 0;
+            if (p->released)
+                phys_free_locked(s, p);
+            g += pages;
+        }
+        lr->mapped -= n;
+        sim_charge(s, GM_CALL_UNMAP, size);
+    }
+    sim_unlock(s);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Copies, events, streams
+ * ------------------------------------------------------------------------------------------- */
+
+static gm_status sim_copy(gm_backend *b, uintptr_t dst, uintptr_t src, size_t size, gm_stream str)
+{
+    sim *s = sim_of(b);
+    gm_status st = GM_OK;
+    uint32_t si = 0;
+    sim_lock(s);
+    bool overlap = size && dst < src + size && src < dst + size;
+    if (!stream_index_locked(s, str, &si)) {
+        st = bad_stream_error("copy", str);
+    } else if (overlap || (size && (!range_accessible_locked(s, dst, size) ||
+                                    !range_accessible_locked(s, src, size)))) {
+        st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                               "sim: cuMemcpyDtoDAsync(%#" PRIxPTR ", %#" PRIxPTR ", %zu): "
+                               "CUDA_ERROR_INVALID_VALUE: %s", dst, src, size,
+                               overlap ? "ranges overlap" : "not device memory");
+    } else {
+        if (s->host_map && size)
+            memcpy((void *)dst, (const void *)src, size);
+        stream_enqueue_locked(s, si);
+        atomic_fetch_add_explicit(&b->copy_bytes, size, memory_order_relaxed);
+        sim_charge(s, GM_CALL_COPY, size);
+    }
+    sim_unlock(s);
+    return st;
+}
+
+static gm_status bad_event_error(const char *what, gm_event ev)
+{
+    return backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                             "sim: %s(%#" PRIxPTR "): CUDA_ERROR_INVALID_HANDLE: not a live "
+                             "event", what, ev);
+}
+
+static gm_status sim_event_create(gm_backend *b, gm_event *out)
+{
+    sim *s = sim_of(b);
+    if (!out)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "sim: event_create: NULL out");
+    sim_lock(s);
+    bool ok = event_new_locked(s, out);
+    if (ok)
+        sim_charge(s, GM_CALL_EVENT_CREATE, 0);
+    sim_unlock(s);
+    return ok ? GM_OK : host_memory_error("event_create");
+}
+
+static gm_status sim_event_destroy(gm_backend *b, gm_event ev)
+{
+    sim *s = sim_of(b);
+    gm_status st = GM_OK;
+    sim_lock(s);
+    event_slot *e = event_lookup_locked(s, ev);
+    if (!e) {
+        st = bad_event_error("cuEventDestroy", ev);
+    } else {
+        event_free_locked(s, e);
+        sim_charge(s, GM_CALL_EVENT_DESTROY, 0);
+    }
+    sim_unlock(s);
+    return st;
+}
+
+static gm_status sim_event_record(gm_backend *b, gm_event ev, gm_stream str)
+{
+    sim *s = sim_of(b);
+    gm_status st = GM_OK;
+    uint32_t si = 0;
+    sim_lock(s);
+    event_slot *e = event_lookup_locked(s, ev);
+    if (!e) {
+        st = bad_event_error("cuEventRecord", ev);
+    } else if (!stream_index_locked(s, str, &si)) {
+        st = bad_stream_error("cuEventRecord", str);
+    } else {
+        e->recorded = true;
+        e->stream = si;
+        e->ticket = s->streams[si].launched;
+        sim_charge(s, GM_CALL_EVENT_RECORD, 0);
+    }
+    sim_unlock(s);
+    return st;
+}
+
+static gm_status sim_event_query(gm_backend *b, gm_event ev)
+{
+    sim *s = sim_of(b);
+    gm_status st = GM_OK;
+    sim_lock(s);
+    event_slot *e = event_lookup_locked(s, ev);
+    if (!e) {
+        st = bad_event_error("cuEventQuery", ev);
+    } else {
+        /* A never-recorded event is complete, as in CUDA. */
+        if (e->recorded && !stream_done_locked(s, e->stream, e->ticket))
+            st = GM_ERR_NOT_READY;
+        sim_charge(s, GM_CALL_EVENT_QUERY, 0);
+    }
+    sim_unlock(s);
+    return st;
+}
+
+static gm_status sim_stream_wait_event(gm_backend *b, gm_stream str, gm_event ev)
+{
+    sim *s = sim_of(b);
+    gm_status st = GM_OK;
+    uint32_t si = 0;
+    sim_lock(s);
+    event_slot *e = event_lookup_locked(s, ev);
+    if (!e) {
+        st = bad_event_error("cuStreamWaitEvent", ev);
+    } else if (!stream_index_locked(s, str, &si)) {
+        st = bad_stream_error("cuStreamWaitEvent", str);
+    } else {
+        /* Waiting on complete work, or on one's own stream, adds no dependency. */
+        bool pending = e->recorded && e->stream != si && !stream_done_locked(s, e->stream,
+                                                                              e->ticket);
+        if (pending && !stream_enqueue_wait_locked(s, si, e->stream, e->ticket))
+            st = host_memory_error("stream_wait_event");
+        else
+            sim_charge(s, GM_CALL_STREAM_WAIT, 0);
+    }
+    sim_unlock(s);
+    return st;
+}
+
+static gm_status sim_stream_sync(gm_backend *b, gm_stream str)
+{
+    sim *s = sim_of(b);
+    uint32_t si = 0;
+    sim_lock(s);
+    bool ok = stream_index_locked(s, str, &si);
+    if (ok)
+        stream_complete_upto_locked(s, si, s->streams[si].launched);
+    sim_unlock(s);
+    return ok ? GM_OK : bad_stream_error("stream_sync", str);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Device queries and lifetime
+ * ------------------------------------------------------------------------------------------- */
+
+static gm_status sim_mem_info(gm_backend *b, size_t *free_bytes, size_t *total_bytes)
+{
+    sim *s = sim_of(b);
+    if (!free_bytes || !total_bytes)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "sim: mem_info: NULL argument");
+    sim_lock(s);
+    *free_bytes = s->capacity - s->used;
+    *total_bytes = s->capacity;
+    sim_charge(s, GM_CALL_MEM_INFO, 0);
+    sim_unlock(s);
+    return GM_OK;
+}
+
+static gm_status sim_info(gm_backend *b, gm_device_info *out)
+{
+    sim *s = sim_of(b);
+    if (!out)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "sim: info: NULL out");
+    memset(out, 0, sizeof *out);
+    strcpy(out->name, "sim (simulated H200)");
+    strcpy(out->backend, "sim");
+    sim_lock(s);
+    out->total_bytes = s->capacity;
+    out->free_bytes = s->capacity - s->used;
+    sim_unlock(s);
+    out->vmm_supported = b->caps.vmm;
+    out->vmm_granularity = b->caps.vmm_granularity;
+    out->host_backed = b->caps.host_backed;
+    return GM_OK;
+}
+
+static uint64_t sim_clock_ns(gm_backend *b)
+{
+    return atomic_load_explicit(&sim_of(b)->clock, memory_order_relaxed);
+}
+
+static void sim_destroy(gm_backend *b)
+{
+    sim *s = sim_of(b);
+    for (size_t i = 0; i < s->range_count; i++)
+        free(s->ranges[i].pages);
+    for (size_t i = 0; i < s->phys_count; i++)
+        if (s->phys[i].live)
+            host_buffer_free(s->phys[i].bytes, s->phys[i].size);
+    for (size_t i = 0; i < s->stream_count; i++)
+        free(s->streams[i].waits);
+    if (s->host_map)
+        munmap(s->host_map, s->host_map_size);
+    free(s->ranges);
+    free(s->free_va);
+    free(s->phys);
+    free(s->events);
+    free(s->streams);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+static const gm_backend_ops sim_ops = {
+    .mem_alloc = sim_mem_alloc,
+    .mem_free = sim_mem_free,
+    .va_reserve = sim_va_reserve,
+    .va_release = sim_va_release,
+    .phys_create = sim_phys_create,
+    .phys_release = sim_phys_release,
+    .map = sim_map,
+    .unmap = sim_unmap,
+    .copy = sim_copy,
+    .event_create = sim_event_create,
+    .event_destroy = sim_event_destroy,
+    .event_record = sim_event_record,
+    .event_query = sim_event_query,
+    .stream_wait_event = sim_stream_wait_event,
+    .stream_sync = sim_stream_sync,
+    .mem_info = sim_mem_info,
+    .info = sim_info,
+    .clock_ns = sim_clock_ns,
+    .destroy = sim_destroy,
+};
+
+/* Host backing: map the whole address space, aligned to `align`. Asks for 8 x capacity and
+ * halves down to capacity when the host refuses (overcommit limits, valgrind). */
+static gm_status sim_map_host_space(sim *s, size_t align)
+{
+    size_t want = s->va_size;
+    for (;;) {
+        size_t bytes = want + align;
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p != MAP_FAILED) {
+            s->host_map = p;
+            s->host_map_size = bytes;
+            s->va_base = ((uintptr_t)p + (align - 1)) & ~(uintptr_t)(align - 1);
+            s->va_size = want;
+            return GM_OK;
+        }
+        if (want / 2 < s->capacity)
+            return backend_set_error(GM_ERR_HOST_MEMORY,
+                                     "sim: cannot map %zu bytes of host memory to back the "
+                                     "device; use a smaller capacity", want + align);
+        want /= 2;
+    }
+}
+
+static gm_status sim_check_config(const gm_sim_config *cfg, size_t capacity, size_t gran)
+{
+    size_t host_page = (size_t)sysconf(_SC_PAGESIZE);
+    if (!is_pow2(gran) || gran < GM_ALIGNMENT || (cfg->host_backed && gran < host_page))
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                                 "sim: vmm_granularity %zu must be a power of two >= %u "
+                                 "(>= the host page with host_backed)", gran, GM_ALIGNMENT);
+    if (capacity < gran)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                                 "sim: capacity %zu is smaller than one %zu-byte page", capacity,
+                                 gran);
+    if (capacity > (SIZE_MAX - SIM_VA_BASE) / (SIM_VA_PER_CAPACITY + 1))
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "sim: capacity %zu is too large",
+                                 capacity);
+    return GM_OK;
+}
+
+gm_status gm_sim_backend_create(const gm_sim_config *cfg, gm_backend **out)
+{
+    gm_sim_config zero = {0};
+    if (!out)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_sim_backend_create: NULL out");
+    if (!cfg)
+        cfg = &zero;
+    size_t capacity = cfg->capacity ? cfg->capacity : SIM_DEFAULT_CAPACITY;
+    size_t gran = cfg->vmm_granularity ? cfg->vmm_granularity : SIM_DEFAULT_GRANULARITY;
+    gm_status st = sim_check_config(cfg, capacity, gran);
+    if (st != GM_OK)
+        return st;
+
+    sim *s = calloc(1, sizeof *s);
+    if (!s)
+        return host_memory_error("gm_sim_backend_create");
+    s->capacity = capacity;
+    s->gran = gran;
+    s->manual_streams = cfg->manual_streams != 0;
+    s->no_costs = cfg->no_costs != 0;
+    s->va_base = SIM_VA_BASE;
+    s->va_size = capacity * (cfg->host_backed ? SIM_VA_PER_CAPACITY_HOST : SIM_VA_PER_CAPACITY);
+    s->phys_free = s->event_free = SIM_NO_SLOT;
+    atomic_init(&s->clock, 0);
+    size_t align = gran > SIM_SEGMENT_GRANULE ? gran : SIM_SEGMENT_GRANULE;
+    if (cfg->host_backed && (st = sim_map_host_space(s, align)) != GM_OK) {
+        free(s);
+        return st;
+    }
+    uint32_t default_stream = 0;
+    if (pthread_mutex_init(&s->lock, NULL) != 0 || !va_make_room_locked(s) ||
+        !stream_new_locked(s, &default_stream)) {
+        if (s->host_map)
+            munmap(s->host_map, s->host_map_size);
+        free(s->free_va);
+        free(s);
+        return host_memory_error("gm_sim_backend_create");
+    }
+    s->free_va[0] = (va_extent){s->va_base, s->va_size};
+    s->free_count = 1;
+
+    gm_backend_caps caps = {
+        .vmm = !cfg->no_vmm,
+        .vmm_granularity = cfg->no_vmm ? 0 : gran,
+        .capacity = capacity,
+        .host_backed = cfg->host_backed != 0,
+        .simulated = true,
+    };
+    backend_init(&s->base, &sim_ops, &caps);
+    *out = &s->base;
+    return GM_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Simulated-GPU controls (gpumem.h)
+ * ------------------------------------------------------------------------------------------- */
+
+/* The sim behind `backend`, or NULL with *st set (INVALID_ARGUMENT / UNSUPPORTED). */
+static sim *sim_control(gm_backend *backend, const char *what, gm_status *st)
+{
+    if (!backend) {
+        *st = backend_set_error(GM_ERR_INVALID_ARGUMENT, "%s: NULL backend", what);
+        return NULL;
+    }
+    if (backend->ops != &sim_ops) {
+        *st = backend_set_error(GM_ERR_UNSUPPORTED, "%s: not a simulated backend", what);
+        return NULL;
+    }
+    *st = GM_OK;
+    return sim_of(backend);
+}
+
+gm_status gm_sim_stream_create(gm_backend *backend, gm_stream *out)
+{
+    gm_status st;
+    sim *s = sim_control(backend, "gm_sim_stream_create", &st);
+    if (!s)
+        return st;
+    if (!out)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_sim_stream_create: NULL out");
+    uint32_t idx = 0;
+    sim_lock(s);
+    bool ok = stream_new_locked(s, &idx);
+    sim_unlock(s);
+    if (!ok)
+        return host_memory_error("gm_sim_stream_create");
+    *out = (gm_stream)(uintptr_t)(((uint64_t)idx << 32) | SIM_STREAM_TAG);
+    return GM_OK;
+}
+
+gm_status gm_sim_stream_destroy(gm_backend *backend, gm_stream stream)
+{
+    gm_status st;
+    sim *s = sim_control(backend, "gm_sim_stream_destroy", &st);
+    if (!s)
+        return st;
+    uint32_t si = 0;
+    sim_lock(s);
+    bool ok = stream_index_locked(s, stream, &si) && si != 0;
+    if (ok) { /* like cudaStreamDestroy, queued work still completes */
+        stream_complete_upto_locked(s, si, s->streams[si].launched);
+        s->streams[si].live = false;
+    }
+    sim_unlock(s);
+    return ok ? GM_OK : bad_stream_error("gm_sim_stream_destroy", stream);
+}
+
+gm_status gm_sim_launch(gm_backend *backend, gm_stream stream)
+{
+    gm_status st;
+    sim *s = sim_control(backend, "gm_sim_launch", &st);
+    if (!s)
+        return st;
+    uint32_t si = 0;
+    sim_lock(s);
+    bool ok = stream_index_locked(s, stream, &si);
+    if (ok)
+        stream_enqueue_locked(s, si);
+    sim_unlock(s);
+    return ok ? GM_OK : bad_stream_error("gm_sim_launch", stream);
+}
+
+gm_status gm_sim_stream_complete(gm_backend *backend, gm_stream stream)
+{
+    gm_status st;
+    sim *s = sim_control(backend, "gm_sim_stream_complete", &st);
+    return s ? sim_stream_sync(backend, stream) : st;
+}
+
+gm_status gm_sim_host_ptr(gm_backend *backend, const void *dev, void **host)
+{
+    gm_status st;
+    sim *s = sim_control(backend, "gm_sim_host_ptr", &st);
+    if (!s)
+        return st;
+    if (!host)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_sim_host_ptr: NULL host");
+    if (!s->host_map)
+        return backend_set_error(GM_ERR_UNSUPPORTED,
+                                 "gm_sim_host_ptr: the simulated device is not host_backed");
+    uintptr_t addr = (uintptr_t)dev;
+    sim_lock(s);
+    bool ok = range_accessible_locked(s, addr, 1);
+    sim_unlock(s);
+    if (!ok)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                                 "gm_sim_host_ptr: %p is not in a live segment or mapped page",
+                                 dev);
+    *host = (void *)addr;
+    return GM_OK;
+}
+
+gm_status gm_sim_advance_clock(gm_backend *backend, uint64_t ns)
+{
+    gm_status st;
+    sim *s = sim_control(backend, "gm_sim_advance_clock", &st);
+    if (s)
+        atomic_fetch_add_explicit(&s->clock, ns, memory_order_relaxed);
+    return st;
+}
