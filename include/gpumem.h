@@ -341,7 +341,9 @@ GM_API gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user);
 GM_API gm_status gm_pool_check(gm_pool *pool);
 
 /* Message of the last error this pool recorded, or "" if none (never NULL). The text is copied
- * per thread: it stays valid until the calling thread's next gpumem call. */
+ * per thread: it stays valid until the calling thread's next gpumem call. With pool NULL it
+ * returns this thread's last message from a call that had no pool (a failed gm_pool_create,
+ * a NULL pool argument). */
 GM_API const char *gm_last_error(gm_pool *pool);
 
 /* Replace the error callback (NULL removes it). Thread-safe. */

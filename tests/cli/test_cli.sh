@@ -1,0 +1,169 @@
+#!/bin/sh
+# The gpumem command line end to end: help and usage errors, text / JSON / HTML output, every
+# kind of bad trace with and without --strict, info, compare, and the bundled real traces.
+# usage: test_cli.sh GPUMEM_BINARY SOURCE_DIR
+set -u
+GPUMEM=$1
+SRC=$2
+T=$(mktemp -d /tmp/gpumem_cli_test.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+passed=0
+failed=0
+
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAILED: $*" >&2; }
+
+# run RC ARGS...: run gpumem, keep stdout/stderr in $T/out, $T/err; check the exit code.
+run() {
+    want=$1
+    shift
+    "$GPUMEM" "$@" >"$T/out" 2>"$T/err"
+    got=$?
+    if [ "$got" -eq "$want" ]; then ok; else
+        bad "gpumem $* exited $got, want $want"
+        sed 's/^/    stderr: /' "$T/err" | head -5 >&2
+    fi
+}
+has() { # has FILE TEXT
+    if grep -qF -- "$2" "$1"; then ok; else bad "$(basename "$1") lacks \"$2\""; fi
+}
+json() { # json FILE PYTHON-ASSERTION (d is the parsed document)
+    if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert $2, d" "$1" \
+        >/dev/null 2>"$T/pyerr"; then ok; else
+        bad "JSON check failed: $2"
+        tail -1 "$T/pyerr" | cut -c1-300 >&2
+    fi
+}
+
+H='Thread,Time,Action,Pointer,Size,Stream'
+good="$T/good.csv"
+{
+    echo "$H"
+    echo "1,0.000001,allocate,0x7f0000000000,1048576,0x0"
+    echo "1,0.000002,allocate,0x7f0000200000,4096,0x0"
+    echo "1,0.000003,allocate,0x7f0000300000,33554432,0x55aa00"
+    echo "1,0.000004,free,0x7f0000200000,4096,0x0"
+    echo "1,0.000005,allocate failure,0x0,999,0x0"
+    echo "1,0.000006,allocate,0x7f0000400000,8192,0x55aa00"
+    echo "1,0.000007,free,0x7f0000000000,1048576,0x0"
+    echo "1,0.000008,free,0x7f0000300000,33554432,0x55aa00"
+    echo "1,0.000009,free,0x7f0000400000,8192,0x55aa00"
+} >"$good"
+
+# --- help and usage errors --------------------------------------------------------------------
+run 0 --help;                    has "$T/out" "replay TRACE"
+run 0 replay --help;             has "$T/out" "--set KEY=VALUE"; has "$T/out" "sim.capacity"
+run 0 help compare;              has "$T/out" "usage: gpumem compare"
+run 0 info --help;               has "$T/out" "usage: gpumem info"
+run 0 --version;                 has "$T/out" "gpumem "
+run 2
+run 2 frobnicate;                has "$T/err" "unknown command"
+run 2 replay;                    has "$T/err" "no trace given"
+run 2 replay --bogus "$good";    has "$T/err" "unknown option --bogus"
+run 2 replay --set nope=1 "$good"
+has "$T/err" 'unknown key "nope"'; has "$T/err" "initial_reserve"; has "$T/err" "sim.capacity"
+run 2 replay --set min_block=lots "$good"; has "$T/err" "bad value"
+run 2 replay --backend tpu "$good"; has "$T/err" "not sim or cuda"
+run 2 replay --strategy nonesuch "$good"; has "$T/err" "tlsf"
+run 2 replay "$good" --html;     has "$T/err" "--html needs a value"
+run 2 replay --set min_block=1000 "$good"; has "$T/err" "min_block"
+run 2 info extra;                has "$T/err" "unexpected argument"
+run 1 replay "$T/missing.csv";   has "$T/err" "missing.csv: cannot open"
+
+# --- text ------------------------------------------------------------------------------------
+run 0 replay "$good"
+for field in "ops" "peak live" "peak reserved" "reserved / live" "internal frag" "external frag" \
+    "frag rate" "worst frag rate" "device calls" "device time" "ns/op" "out of memory" \
+    "bad trace input" "recommended pool" "--set initial_reserve=" "1 logged allocate failures"; do
+    has "$T/out" "$field"
+done
+
+# --- JSON ------------------------------------------------------------------------------------
+run 0 replay --json --segments vmm --set min_block=1K --set sim.capacity=64G "$good"
+cp "$T/out" "$T/one.json"
+json "$T/one.json" "isinstance(d, dict)"
+for key in trace ops peak_live_bytes peak_reserved_bytes reserved_over_live ns_per_op \
+    device_calls oom_count config internal_frag_bytes external_frag_bytes frag_rate_at_peak \
+    worst_frag_rate device_time_ns recommended_initial_reserve bad_input; do
+    json "$T/one.json" "'$key' in d"
+done
+json "$T/one.json" "d['ops'] == 8 and d['peak_live_bytes'] == 1048576 + 33554432 + 8192"
+json "$T/one.json" "d['streams'] == 2 and d['logged_allocate_failures'] == 1"
+json "$T/one.json" "d['config']['segments'] == 'vmm' and d['config']['min_block'] == 1024"
+json "$T/one.json" "d['config']['sim.capacity'] == 64 << 30 and d['config']['backend'] == 'sim'"
+json "$T/one.json" "all(k in d['config'] for k in ('strategy','release','reserve_limit',
+ 'reserve_fraction','initial_reserve','roundup_power2_divisions','small_request_max',
+ 'small_segment','large_request_min','medium_segment','segment_rounding','vmm_reserve',
+ 'sim.granularity','sim.host_backed','sim.no_costs'))"
+json "$T/one.json" "'mem_alloc' in d['device_calls'] or 'va_reserve' in d['device_calls']"
+json "$T/one.json" "d['reserved_over_live'] >= 1 and d['ns_per_op'] > 0"
+run 0 replay --json "$good" "$good"
+json "$T/out" "isinstance(d, list) and len(d) == 2"
+
+# --- HTML (rendering is checked in a browser by test_html_browser.sh) ---------------------------
+run 0 replay --html "$T/r.html" "$good"
+has "$T/r.html" "<svg"; has "$T/r.html" 'class="series live"'; has "$T/r.html" "snapshot-0"
+if grep -Eq '<(script|link|img|iframe)[^>]*(src|href)=|@import|url\(' "$T/r.html"; then
+    bad "HTML report loads something external"
+else ok; fi
+run 1 replay --html "$T/no/such/dir/r.html" "$good"; has "$T/err" "cannot write"
+
+# --- bad traces: each kind, counted without --strict, fatal with it ---------------------------
+bad_case() { # bad_case NAME JSON-KEY LINE FILE
+    run 0 replay --json "$4"
+    json "$T/out" "d['bad_input']['$2'] == 1"
+    has "$T/err" "$(basename "$4"):$3:"
+    run 1 replay --strict "$4"
+    has "$T/err" "$(basename "$4"):$3:"; has "$T/err" "--strict"
+}
+printf '%s\n1,0,allocate,0x1000,64,0x0\n1,0,allocate,0x2000\n1,0,free,0x1000,64,0x0\n' "$H" \
+    >"$T/malformed.csv"
+bad_case malformed malformed_lines 3 "$T/malformed.csv"
+printf '%s\n1,0,allocate,0x1000,64,0x0\n1,0,free,0x9000,64,0x0\n' "$H" >"$T/unknown.csv"
+bad_case unknown unknown_frees 3 "$T/unknown.csv"
+printf '%s\n1,0,allocate,0x1000,64,0x0\n1,0,allocate,0x1000,128,0x0\n' "$H" >"$T/double.csv"
+bad_case double double_allocates 3 "$T/double.csv"
+# 1 TiB cannot be had on the default simulated H200 (141 GiB).
+printf '%s\n1,0,allocate,0x1000,64,0x0\n1,0,allocate,0x2000,1099511627776,0x0\n1,0,free,0x2000,1099511627776,0x0\n' \
+    "$H" >"$T/huge.csv"
+bad_case huge unsatisfiable_allocates 3 "$T/huge.csv"
+run 0 replay --json "$T/huge.csv"
+json "$T/out" "d['oom_count'] == 1 and d['frees_skipped'] == 1 and d['first_oom_line'] == 3"
+# Truncated gzip: cut a real trace's compressed bytes.
+head -c 60000 "$SRC/traces/resnet_train.csv.gz" >"$T/cut.csv.gz"
+run 0 replay --json "$T/cut.csv.gz"
+json "$T/out" "d['bad_input']['truncated_gzip'] == 1 and d['ops'] > 1000"
+has "$T/err" "truncated"
+run 1 replay --strict "$T/cut.csv.gz"; has "$T/err" "cut.csv.gz:"; has "$T/err" "truncated"
+printf 'hello,world\n' >"$T/nottrace.csv"
+run 1 replay "$T/nottrace.csv"; has "$T/err" "nottrace.csv:1: not an RMM trace"
+
+# --- info --------------------------------------------------------------------------------------
+run 0 info;                      has "$T/out" "capacity"; has "$T/out" "VMM"; has "$T/out" "driver"
+run 0 info --json --set sim.capacity=16G --set sim.granularity=4M
+json "$T/out" "d['total_bytes'] == 16 << 30 and d['vmm_granularity'] == 4 << 20"
+json "$T/out" "d['backend'] == 'sim' and 'driver_version' in d and 'free_bytes' in d"
+"$GPUMEM" info --backend cuda >"$T/out" 2>"$T/err"
+case $? in
+0) has "$T/out" "cuda" ;;
+1) has "$T/err" "cannot open the cuda backend" ;;
+*) bad "info --backend cuda: unexpected exit code" ;;
+esac
+
+# --- compare -----------------------------------------------------------------------------------
+run 0 compare "$good"
+has "$T/out" "design doc"; has "$T/out" "vmm"; has "$T/out" "plain"; has "$T/out" "release="
+if grep -q '^\*' "$T/out" && grep -Eq '^.\+' "$T/out"; then ok; else bad "compare marks"; fi
+run 0 compare --json "$good"
+json "$T/out" "isinstance(d, list) and len(d) >= 4"
+json "$T/out" "sum(r['best_reserved_over_live'] for r in d) == 1 and sum(r['fastest'] for r in d) == 1"
+json "$T/out" "len(set(r['label'] for r in d)) == len(d)"
+json "$T/out" "any(r['config']['min_block'] == 262144 for r in d)"
+
+# --- a bundled real trace ---------------------------------------------------------------------
+run 0 replay --json "$SRC/traces/resnet_train.csv.gz"
+json "$T/out" "d['ops'] == 26265 and d['oom_count'] == 0 and sum(d['bad_input'].values()) == 0"
+json "$T/out" "d['peak_live_bytes'] > 7 << 30 and d['peak_reserved_bytes'] >= d['peak_live_bytes']"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

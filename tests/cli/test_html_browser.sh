@@ -1,0 +1,54 @@
+#!/bin/sh
+# Open a `gpumem replay --html` report in Debian's headless chromium and check, in the rendered
+# DOM, the marker the page's script sets once every timeline polyline has a nonzero length and
+# width (data-timeline-rendered="yes", data-timeline-points > 0) and the block map was drawn.
+# Chromium is part of the test setup: without it this test fails, it does not skip.
+# usage: test_html_browser.sh GPUMEM_BINARY SOURCE_DIR
+set -u
+GPUMEM=$1
+SRC=$2
+BROWSER=$(command -v chromium || command -v chromium-browser || true)
+if [ -z "$BROWSER" ]; then
+    echo "FAILED: chromium is not installed; install it with: apt-get install -y chromium" >&2
+    exit 1
+fi
+T=$(mktemp -d /tmp/gpumem_html_test.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+if ! "$GPUMEM" replay --no-progress --html "$T/report.html" "$SRC/traces/resnet_train.csv.gz" \
+    >"$T/out" 2>"$T/err"; then
+    echo "FAILED: gpumem replay --html exited nonzero" >&2
+    cat "$T/err" >&2
+    exit 1
+fi
+mkdir "$T/profile"
+timeout 120 "$BROWSER" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+    --disable-background-networking --disable-component-update --disable-sync \
+    --user-data-dir="$T/profile" --dump-dom "file://$T/report.html" >"$T/dom.html" 2>"$T/browser.err"
+body=$(grep -o '<body[^>]*>' "$T/dom.html" | head -1)
+echo "rendered: $body"
+passed=0
+failed=0
+check() { # check DESCRIPTION COMMAND...
+    if "$@"; then passed=$((passed + 1)); else
+        failed=$((failed + 1))
+        echo "FAILED: $1" >&2
+    fi
+}
+rendered() { echo "$body" | grep -q 'data-timeline-rendered="yes"'; }
+points() {
+    n=$(echo "$body" | sed -n 's/.*data-timeline-points="\([0-9]*\)".*/\1/p')
+    [ -n "$n" ] && [ "$n" -gt 0 ]
+}
+blocks() {
+    n=$(echo "$body" | sed -n 's/.*data-map-blocks="\([0-9]*\)".*/\1/p')
+    [ -n "$n" ] && [ "$n" -gt 0 ]
+}
+check rendered
+check points
+check blocks
+if [ "$failed" -ne 0 ]; then
+    echo "browser stderr (tail):" >&2
+    tail -5 "$T/browser.err" >&2
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

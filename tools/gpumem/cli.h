@@ -1,0 +1,216 @@
+/*
+ * The interfaces between the files of the `gpumem` command-line tool. The tool uses only the
+ * public API (gpumem.h); nothing here is part of the library.
+ *
+ *   trace.c        RMM CSV reader (plain or gzip) -> an array of resolved operations
+ *   settings.c     the table of --set keys, size parsing, config printing
+ *   replay.c       replays a parsed trace against a pool, timing only gm_alloc / gm_free
+ *   report_text.c  the human-readable table          report_json.c  --json
+ *   report_html.c  the self-contained HTML page       jsonw.c        a small JSON writer
+ *   compare.c      `gpumem compare`                   info.c         `gpumem info`
+ *   main.c         subcommand dispatch and the options replay, compare and info share
+ */
+#ifndef GM_CLI_H
+#define GM_CLI_H
+
+#include "gpumem.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* Exit codes of the tool (docs/cli.md). */
+enum { EXIT_OK_ = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
+/* ---- trace.c --------------------------------------------------------------------------- */
+
+enum { TRACE_ALLOC = 0, TRACE_FREE = 1 };
+
+/* One resolved operation. Pointers are resolved at parse time: every allocation gets a slot
+ * (its index among allocations) and a free names the slot it ends, so replay needs no hashing. */
+typedef struct trace_op {
+    uint64_t size;   /* bytes of the allocation (for a free: of the allocation it ends) */
+    uint64_t line;   /* line in the file, for messages */
+    uint32_t slot;   /* allocation index */
+    uint32_t stream; /* index into trace.streams; 0 = the default stream */
+    uint8_t kind;    /* TRACE_ALLOC or TRACE_FREE */
+    uint8_t implied; /* a free the log lacked, put before a re-allocate of a live pointer */
+} trace_op;
+
+/* Kinds of bad trace input found while parsing (sizes that cannot be satisfied show up only
+ * at replay, as out-of-memory failures). */
+typedef enum trace_problem {
+    TRACE_MALFORMED = 0, /* wrong field count, unknown action, bad number */
+    TRACE_UNKNOWN_FREE,  /* free of a pointer that is not live */
+    TRACE_DOUBLE_ALLOC,  /* allocate of a pointer that is still live */
+    TRACE_TRUNCATED,     /* gzip stream ends early or is corrupt */
+    TRACE_PROBLEM_COUNT
+} trace_problem;
+
+typedef struct trace {
+    char *path;
+    trace_op *ops;
+    size_t n_ops, cap_ops;
+    uint64_t *streams; /* distinct logged stream values; streams[0] = 0 (default stream) */
+    uint32_t n_streams, cap_streams;
+    uint32_t n_slots;           /* allocations */
+    uint64_t lines;             /* lines read, header included */
+    uint64_t logged_failures;   /* `allocate failure` lines (skipped) */
+    uint64_t zero_size;         /* allocations of 0 bytes (skipped, with their frees) */
+    uint64_t problems[TRACE_PROBLEM_COUNT];
+    uint64_t first_problem_line[TRACE_PROBLEM_COUNT];
+    uint64_t peak_live_bytes;   /* from a pre-scan of the ops, by logged sizes */
+    size_t peak_op;             /* index of the op after which live bytes first peak */
+    uint64_t never_freed;       /* allocations still live at the end of the trace */
+} trace;
+
+typedef struct trace_read_options {
+    int strict;             /* the first bad input is fatal */
+    FILE *warn;             /* where non-fatal problems are reported (NULL: nowhere) */
+    unsigned max_warnings;  /* per kind; the rest are only counted */
+} trace_read_options;
+
+/* Read and resolve a whole trace. Returns 0, or -1 with a message in err ("FILE:LINE: ...").
+ * On failure *out is released. */
+int trace_read(const char *path, const trace_read_options *opt, trace *out, char *err,
+               size_t errlen);
+void trace_free(trace *t);
+const char *trace_problem_str(trace_problem p);  /* "malformed line" */
+const char *trace_problem_key(trace_problem p);  /* "malformed_lines" (JSON) */
+
+/* ---- settings.c ------------------------------------------------------------------------ */
+
+typedef enum backend_kind { BACKEND_SIM = 0, BACKEND_CUDA } backend_kind;
+
+/* Everything a run is configured with: the pool, the simulated device, the backend. */
+typedef struct cli_settings {
+    gm_config pool;
+    gm_sim_config sim;
+    backend_kind backend;
+} cli_settings;
+
+/* Parse "KEY=VALUE" (one --set) into s. Returns 0, or -1 with a message in err. */
+int settings_set(cli_settings *s, const char *assignment, char *err, size_t errlen);
+/* Parse a byte size: plain bytes, or a number (fractions allowed) with K/M/G/T or
+ * KiB/MiB/GiB/TiB (both binary). Returns 0 or -1. */
+int parse_size(const char *text, size_t *out);
+/* The valid keys, one per line with default and meaning (help text and error messages). */
+void settings_print_keys(FILE *f);
+/* Number of keys, and key i's name. */
+size_t settings_count(void);
+const char *settings_key(size_t i);
+/* Whether key i belongs to the simulated device ("sim.*"). */
+int settings_is_sim(size_t i);
+/* Key i's value in s: as JSON (a number, string or boolean), or as short text for tables. */
+void settings_value_json(size_t i, const cli_settings *s, char *buf, size_t n);
+void settings_value_text(size_t i, const cli_settings *s, char *buf, size_t n);
+/* "1.58 GiB" style. */
+void format_bytes(uint64_t bytes, char *buf, size_t n);
+
+/* ---- jsonw.c --------------------------------------------------------------------------- */
+
+enum { JW_MAX_DEPTH = 32 };
+typedef struct jw {
+    FILE *f;
+    int depth;
+    int count[JW_MAX_DEPTH]; /* members written at each open level */
+} jw;
+
+void jw_init(jw *w, FILE *f);
+void jw_begin_object(jw *w, const char *key); /* key NULL inside arrays / at top level */
+void jw_end_object(jw *w);
+void jw_begin_array(jw *w, const char *key);
+void jw_end_array(jw *w);
+void jw_string(jw *w, const char *key, const char *value);
+void jw_u64(jw *w, const char *key, uint64_t value);
+void jw_double(jw *w, const char *key, double value); /* non-finite: null */
+void jw_raw(jw *w, const char *key, const char *json); /* value already in JSON */
+void jw_finish(jw *w);                                /* final newline */
+/* Write `s` as a JSON string literal (quotes included). `html_safe` also escapes '<' so the
+ * text can sit inside an HTML <script>. */
+void json_write_string(FILE *f, const char *s, size_t len, int html_safe);
+
+/* ---- replay.c -------------------------------------------------------------------------- */
+
+typedef struct timeline_point {
+    uint64_t op; /* ops replayed when sampled */
+    uint64_t live, allocated, reserved;
+    double frag_rate;
+} timeline_point;
+
+typedef struct replay_options {
+    cli_settings settings;
+    int strict;       /* the first allocation that fails (out of memory) is fatal */
+    int progress;     /* draw a progress bar on stderr (the caller checked isatty) */
+    int check;        /* gm_pool_check at every sample and at the end */
+    int snapshot;     /* keep gm_pool_snapshot's JSON at the peak-live op */
+    unsigned max_warnings;
+} replay_options;
+
+typedef struct replay_result {
+    gm_device_info device;
+    cli_settings resolved;   /* settings with every default filled in (gm_pool_config) */
+    gm_stats final;          /* at the end of the replay */
+    gm_stats at_peak;        /* right after the op where live bytes peak */
+    uint64_t ops;            /* gm_alloc + gm_free calls made */
+    uint64_t host_ns;        /* time inside those calls */
+    double ns_per_op;
+    uint64_t oom_count;      /* allocations that failed with GM_ERR_OUT_OF_MEMORY */
+    uint64_t first_oom_line;
+    char first_oom_message[512];
+    uint64_t frees_skipped;  /* frees of allocations that had failed */
+    double worst_frag_rate;  /* over the sampled timeline (docs/cli.md has the rule) */
+    uint64_t worst_frag_op;
+    uint64_t recommended_initial_reserve;
+    int streams_merged;      /* the backend cannot create streams: all ran on the default */
+    timeline_point *timeline;
+    size_t n_timeline;
+    char *snapshot;          /* JSON text, or NULL */
+    size_t snapshot_len;
+} replay_result;
+
+/* Replay t. Returns EXIT_OK_, EXIT_RUNTIME or EXIT_USAGE (the pool rejected the config), with
+ * a message in err on failure. */
+int replay_run(const trace *t, const replay_options *o, replay_result *r, char *err,
+               size_t errlen);
+void replay_result_free(replay_result *r);
+/* Open the backend the settings name. Returns EXIT_OK_ or EXIT_RUNTIME with a message. */
+int backend_open(const cli_settings *s, gm_backend **out, char *err, size_t errlen);
+
+/* ---- reports --------------------------------------------------------------------------- */
+
+void report_text(FILE *f, const trace *t, const replay_result *r);
+void report_json(jw *w, const trace *t, const replay_result *r);
+/* The members of report_json's object, for callers that add their own (compare). */
+void report_json_fields(jw *w, const trace *t, const replay_result *r);
+/* The config object of a JSON report: every setting used, defaults filled in. */
+void report_json_config(jw *w, const cli_settings *resolved);
+/* One page for n replays. Returns 0, or -1 if the file cannot be written. */
+int report_html(const char *path, const trace *const *traces, const replay_result *const *results,
+                size_t n);
+
+/* ---- main.c: options shared by the subcommands ------------------------------------------ */
+
+typedef struct cli_options {
+    cli_settings settings;
+    int json, strict, check, no_progress;
+    const char *html;
+    const char **paths;
+    size_t n_paths;
+} cli_options;
+
+/* Which options a subcommand accepts: --backend and --set; --strategy and --segments; --json;
+ * --html; --strict, --check, --no-progress and trace paths. */
+enum { OPT_DEVICE = 1, OPT_POOL = 2, OPT_JSON = 4, OPT_HTML = 8, OPT_TRACE = 16 };
+
+/* Parse argv (after the subcommand name). Returns -1 when it parsed, or an exit code to return
+ * now (EXIT_OK_ after --help, EXIT_USAGE with a message printed). */
+int cli_parse(int argc, char **argv, const char *command, unsigned accepted, const char *usage,
+              cli_options *o);
+/* Read one trace with the reporting rules the subcommands share. */
+int cli_read_trace(const char *path, const cli_options *o, trace *t);
+
+int cmd_replay(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+
+#endif /* GM_CLI_H */

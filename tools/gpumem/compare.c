@@ -1,0 +1,258 @@
+/*
+ * `gpumem compare`: replay one trace under a set of configurations and print them side by side,
+ * marking the lowest reserved/live (*) and the fastest host ns/op (+).
+ *
+ * The set is built from the public enums, so new strategies, segment modes and release policies
+ * join by themselves: every strategy x segment mode (default release), every release policy x
+ * segment mode (default strategy), and the design document's settings (min_block = 256 KiB) x
+ * segment mode. Rows whose resolved configuration (gm_pool_config) equals an earlier row's are
+ * dropped before replaying. Rows with out-of-memory failures are not eligible for the marks.
+ */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { MAX_ROWS = 256, LABEL_LEN = 96, CONFIG_TEXT = 2048, PROGRESS_MIN_OPS = 100000 };
+static const size_t DESIGN_MIN_BLOCK = 256u << 10; /* DESIGN.md §4: 256 KB minimum granularity */
+
+static const char COMPARE_USAGE[] =
+    "usage: gpumem compare [options] TRACE...\n"
+    "\n"
+    "Replay each trace under every strategy x segment mode, every release policy x segment mode\n"
+    "(default strategy unless --set strategy=NAME), and the design document's settings\n"
+    "(min_block=256KiB) x segment mode; print one table per trace and mark the lowest\n"
+    "reserved/live (*) and the fastest host ns/op (+). Rows that hit out-of-memory are not\n"
+    "marked. --set values apply to every row.\n"
+    "\n"
+    "options:\n"
+    "  --backend sim|cuda   device to replay on (default sim)\n"
+    "  --set KEY=VALUE      a setting applied to every configuration (keys below)\n"
+    "  --json               print one JSON array: an object per configuration and trace\n"
+    "  --strict, --check, --no-progress   as for gpumem replay\n"
+    "  -h, --help           this help\n";
+
+typedef struct row {
+    char label[LABEL_LEN];
+    cli_settings settings;
+    char error[512]; /* the configuration could not run */
+    replay_result result;
+    int ran;
+} row;
+
+typedef struct row_set {
+    row *rows;
+    size_t n;
+    char (*resolved)[CONFIG_TEXT];
+} row_set;
+
+/* Every setting of a pool's resolved configuration as one string, for spotting duplicates. */
+static int resolve(const cli_settings *s, char *out, char *err, size_t errlen)
+{
+    gm_backend *b = NULL;
+    gm_pool *p = NULL;
+    if (backend_open(s, &b, err, errlen) != EXIT_OK_)
+        return -1;
+    gm_status st = gm_pool_create(b, &s->pool, &p);
+    if (st != GM_OK) {
+        snprintf(err, errlen, "%s: %s", gm_status_str(st), gm_last_error(NULL));
+        gm_backend_destroy(b);
+        return -1;
+    }
+    cli_settings r = *s;
+    gm_pool_config(p, &r.pool);
+    gm_pool_destroy(p);
+    gm_backend_destroy(b);
+    size_t used = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < settings_count() && used < CONFIG_TEXT; i++) {
+        char v[64];
+        settings_value_json(i, &r, v, sizeof v);
+        used += (size_t)snprintf(out + used, CONFIG_TEXT - used, "%s=%s ", settings_key(i), v);
+    }
+    return 0;
+}
+
+static void add_row(row_set *set, const cli_settings *s, const char *label)
+{
+    if (set->n == MAX_ROWS)
+        return;
+    row *r = &set->rows[set->n];
+    memset(r, 0, sizeof *r);
+    r->settings = *s;
+    snprintf(r->label, sizeof r->label, "%s", label);
+    if (resolve(s, set->resolved[set->n], r->error, sizeof r->error) == 0)
+        for (size_t i = 0; i < set->n; i++)
+            if (strcmp(set->resolved[i], set->resolved[set->n]) == 0)
+                return; /* same pool as row i */
+    set->n++;
+}
+
+static void build_rows(row_set *set, const cli_settings *base)
+{
+    static const gm_segments modes[] = {GM_SEGMENTS_PLAIN, GM_SEGMENTS_VMM};
+    char label[LABEL_LEN];
+    for (unsigned m = 0; m < 2; m++) {
+        const char *seg = gm_segments_str(modes[m]);
+        for (unsigned k = 1; k < GM_STRATEGY_COUNT; k++) {
+            cli_settings s = *base;
+            s.pool.strategy = (gm_strategy)k;
+            s.pool.segments = modes[m];
+            snprintf(label, sizeof label, "%s %s", gm_strategy_str(s.pool.strategy), seg);
+            add_row(set, &s, label);
+        }
+        for (unsigned k = 1; k < GM_RELEASE_COUNT; k++) {
+            cli_settings s = *base;
+            s.pool.release = (gm_release)k;
+            s.pool.segments = modes[m];
+            snprintf(label, sizeof label, "%s release=%s", seg, gm_release_str(s.pool.release));
+            add_row(set, &s, label);
+        }
+        cli_settings s = *base;
+        s.pool.segments = modes[m];
+        s.pool.min_block_bytes = DESIGN_MIN_BLOCK;
+        snprintf(label, sizeof label, "design doc %s min_block=256KiB", seg);
+        add_row(set, &s, label);
+    }
+}
+
+static double over_live(const replay_result *r)
+{
+    return r->final.peak_live_bytes
+               ? (double)r->final.peak_reserved_bytes / (double)r->final.peak_live_bytes : 0;
+}
+
+/* Index of the best eligible row by `better`, or n if none ran cleanly. */
+static size_t best_row(const row_set *set, int by_speed)
+{
+    size_t best = set->n;
+    for (size_t i = 0; i < set->n; i++) {
+        const row *r = &set->rows[i];
+        if (!r->ran || r->result.oom_count)
+            continue;
+        if (best == set->n)
+            best = i;
+        else if (by_speed ? r->result.ns_per_op < set->rows[best].result.ns_per_op
+                          : over_live(&r->result) < over_live(&set->rows[best].result))
+            best = i;
+    }
+    return best;
+}
+
+static void print_table(const trace *t, const row_set *set)
+{
+    size_t best = best_row(set, 0), fastest = best_row(set, 1);
+    printf("%s: %zu ops, peak live by the trace %.2f GiB\n", t->path, t->n_ops,
+           (double)t->peak_live_bytes / (double)(1u << 30));
+    printf("   %-40s %9s %13s %9s %6s %10s %12s %8s %5s\n", "configuration", "res/live",
+           "peak reserved", "frag@peak", "worst", "dev calls", "dev time ms", "ns/op", "OOM");
+    for (size_t i = 0; i < set->n; i++) {
+        const row *r = &set->rows[i];
+        if (!r->ran) {
+            printf("   %-40s error: %s\n", r->label, r->error);
+            continue;
+        }
+        const replay_result *x = &r->result;
+        char reserved[32];
+        uint64_t calls = 0;
+        for (int k = 0; k < GM_CALL_KINDS; k++)
+            calls += x->final.device_calls[k];
+        format_bytes(x->final.peak_reserved_bytes, reserved, sizeof reserved);
+        printf("%c%c %-40s %9.3f %13s %9.3f %6.3f %10llu %12.3f %8.1f %5llu\n",
+               i == best ? '*' : ' ', i == fastest ? '+' : ' ', r->label, over_live(x), reserved,
+               x->at_peak.frag_rate, x->worst_frag_rate, (unsigned long long)calls,
+               (double)x->final.device_time_ns / 1e6, x->ns_per_op,
+               (unsigned long long)x->oom_count);
+    }
+    printf("* lowest reserved/live   + fastest host ns/op   (rows with OOM are not marked)\n");
+}
+
+static void json_rows(jw *w, const trace *t, const row_set *set)
+{
+    size_t best = best_row(set, 0), fastest = best_row(set, 1);
+    for (size_t i = 0; i < set->n; i++) {
+        const row *r = &set->rows[i];
+        jw_begin_object(w, NULL);
+        jw_string(w, "label", r->label);
+        jw_raw(w, "best_reserved_over_live", i == best ? "true" : "false");
+        jw_raw(w, "fastest", i == fastest ? "true" : "false");
+        if (r->ran) {
+            report_json_fields(w, t, &r->result);
+        } else {
+            jw_string(w, "trace", t->path);
+            jw_string(w, "error", r->error);
+        }
+        jw_end_object(w);
+    }
+}
+
+/* Replay every row; a row that fails records its error. Fatal only for --strict failures. */
+static int run_rows(const trace *t, const cli_options *o, row_set *set)
+{
+    for (size_t i = 0; i < set->n; i++) {
+        row *r = &set->rows[i];
+        if (r->error[0])
+            continue;
+        replay_options ro = {.settings = r->settings, .strict = o->strict, .check = o->check};
+        ro.progress = !o->no_progress && isatty(STDERR_FILENO) && t->n_ops > PROGRESS_MIN_OPS;
+        int rc = replay_run(t, &ro, &r->result, r->error, sizeof r->error);
+        if (rc != EXIT_OK_ && o->strict) {
+            fprintf(stderr, "gpumem: error: %s: %s\n", r->label, r->error);
+            return rc;
+        }
+        r->ran = rc == EXIT_OK_;
+    }
+    return EXIT_OK_;
+}
+
+static int compare_trace(const char *path, const cli_options *o, jw *w)
+{
+    trace t;
+    int rc = cli_read_trace(path, o, &t);
+    if (rc != EXIT_OK_)
+        return rc;
+    row_set set = {calloc(MAX_ROWS, sizeof(row)), 0, calloc(MAX_ROWS, CONFIG_TEXT)};
+    if (!set.rows || !set.resolved) {
+        rc = EXIT_RUNTIME;
+    } else {
+        build_rows(&set, &o->settings);
+        rc = run_rows(&t, o, &set);
+    }
+    if (rc == EXIT_OK_ && w)
+        json_rows(w, &t, &set);
+    else if (rc == EXIT_OK_)
+        print_table(&t, &set);
+    for (size_t i = 0; i < set.n; i++)
+        replay_result_free(&set.rows[i].result);
+    free(set.rows);
+    free(set.resolved);
+    trace_free(&t);
+    return rc;
+}
+
+int cmd_compare(int argc, char **argv)
+{
+    cli_options o;
+    int rc = cli_parse(argc, argv, "compare", OPT_DEVICE | OPT_JSON | OPT_TRACE, COMPARE_USAGE, &o);
+    if (rc >= 0) {
+        free(o.paths);
+        return rc;
+    }
+    jw w;
+    jw_init(&w, stdout);
+    if (o.json)
+        jw_begin_array(&w, NULL);
+    rc = EXIT_OK_;
+    for (size_t i = 0; i < o.n_paths && rc == EXIT_OK_; i++) {
+        if (i && !o.json)
+            putchar('\n');
+        rc = compare_trace(o.paths[i], &o, o.json ? &w : NULL);
+    }
+    if (o.json && rc == EXIT_OK_) {
+        jw_end_array(&w);
+        jw_finish(&w);
+    }
+    free(o.paths);
+    return rc;
+}

@@ -1,0 +1,346 @@
+/*
+ * The replay engine: runs a parsed trace against a fresh backend and pool, in log order, on one
+ * thread.
+ *
+ * Only the gm_alloc / gm_free calls are timed: the op array is cut into runs between sample
+ * points, and the clock is read once per run, so gm_pool_stats, snapshots, checks and the
+ * progress bar stay outside the measured time. Samples are taken every ceil(ops / 2000) ops
+ * (at most ~2000 timeline points) and right after the op where live bytes peak (known from the
+ * trace's pre-scan), where the fragmentation figures and the optional snapshot are taken.
+ *
+ * Streams: each distinct logged stream other than 0x0 and 0x1 (the legacy default stream)
+ * becomes a simulated stream; on a backend that cannot create streams they all run on NULL.
+ */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { TIMELINE_POINTS = 2000, WORST_FREE_PERCENT = 1, PROGRESS_WIDTH = 40 };
+static const uint64_t RECOMMEND_ROUNDING = 2u << 20; /* 2 MiB, the VMM page */
+static const uint64_t RECOMMEND_MARGIN_PERCENT = 15;  /* DESIGN.md: peak need + 10-20 % */
+
+typedef struct run {
+    const trace *t;
+    const replay_options *o;
+    replay_result *r;
+    gm_backend *backend;
+    gm_pool *pool;
+    gm_stream *streams;
+    void **ptrs; /* live pointer of each allocation slot; NULL when free or failed */
+    size_t sample_every;
+    unsigned progress_shown; /* per mille drawn last */
+    char *err;
+    size_t errlen;
+} run;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int backend_open(const cli_settings *s, gm_backend **out, char *err, size_t errlen)
+{
+    gm_status st = s->backend == BACKEND_CUDA ? gm_cuda_backend_create(0, out)
+                                              : gm_sim_backend_create(&s->sim, out);
+    if (st == GM_OK)
+        return EXIT_OK_;
+    const char *msg = gm_backend_last_error();
+    snprintf(err, errlen, "cannot open the %s backend: %s%s%s",
+             s->backend == BACKEND_CUDA ? "cuda" : "sim", gm_status_str(st), *msg ? ": " : "",
+             msg);
+    return EXIT_RUNTIME;
+}
+
+static int open_streams(run *x)
+{
+    const trace *t = x->t;
+    x->streams = calloc(t->n_streams, sizeof *x->streams);
+    if (!x->streams)
+        return -1;
+    for (uint32_t i = 0; i < t->n_streams; i++) {
+        if (t->streams[i] <= 1 || x->r->streams_merged)
+            continue;
+        gm_status st = gm_sim_stream_create(x->backend, &x->streams[i]);
+        if (st == GM_ERR_UNSUPPORTED)
+            x->r->streams_merged = 1;
+        else if (st != GM_OK)
+            return -1;
+    }
+    if (x->r->streams_merged)
+        memset(x->streams, 0, t->n_streams * sizeof *x->streams);
+    return 0;
+}
+
+static void close_streams(run *x)
+{
+    if (!x->streams)
+        return;
+    for (uint32_t i = 0; i < x->t->n_streams; i++)
+        if (x->streams[i])
+            gm_sim_stream_destroy(x->backend, x->streams[i]);
+    free(x->streams);
+}
+
+static void progress(run *x, size_t done)
+{
+    if (!x->o->progress)
+        return;
+    size_t total = x->t->n_ops;
+    unsigned permille = total ? (unsigned)(done * 1000 / total) : 1000;
+    if (permille == x->progress_shown && done != total)
+        return;
+    x->progress_shown = permille;
+    int filled = (int)(permille * PROGRESS_WIDTH / 1000);
+    fprintf(stderr, "\r%.30s [%.*s%*s] %3u%% %zu/%zu ops", x->t->path, filled,
+            "########################################", PROGRESS_WIDTH - filled, "",
+            permille / 10, done, total);
+    if (done == total)
+        fprintf(stderr, "\r%*s\r", PROGRESS_WIDTH + 60, "");
+    fflush(stderr);
+}
+
+typedef struct text_buf {
+    char *data;
+    size_t len, cap;
+} text_buf;
+
+static int buffer_write(void *user, const char *data, size_t len)
+{
+    text_buf *b = user;
+    if (b->len + len + 1 > b->cap) {
+        size_t cap = (b->cap ? b->cap * 2 : 1 << 16) + len;
+        char *d = realloc(b->data, cap);
+        if (!d)
+            return 1;
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, data, len);
+    b->len += len;
+    b->data[b->len] = 0;
+    return 0;
+}
+
+static int take_snapshot(run *x)
+{
+    text_buf b = {0};
+    gm_status st = gm_pool_snapshot(x->pool, buffer_write, &b);
+    if (st != GM_OK) {
+        free(b.data);
+        snprintf(x->err, x->errlen, "%s: gm_pool_snapshot failed: %s: %s", x->t->path,
+                 gm_status_str(st), gm_last_error(x->pool));
+        return -1;
+    }
+    x->r->snapshot = b.data;
+    x->r->snapshot_len = b.len;
+    return 0;
+}
+
+/* The worst rate counts only when the free bytes are at least WORST_FREE_PERCENT of reserved:
+ * a few free bytes split in two would otherwise read as 50 %. */
+static void consider_worst(replay_result *r, const gm_stats *st, size_t done)
+{
+    uint64_t free_bytes = st->total_free_bytes, reserved = st->reserved_bytes;
+    if (free_bytes > 0 && free_bytes * 100 >= reserved * WORST_FREE_PERCENT &&
+        st->frag_rate > r->worst_frag_rate) {
+        r->worst_frag_rate = st->frag_rate;
+        r->worst_frag_op = done;
+    }
+}
+
+/* Stats after `done` ops: a timeline point, the worst fragmentation rate, the optional check. */
+static int sample(run *x, size_t done, gm_stats *st)
+{
+    replay_result *r = x->r;
+    gm_status s = gm_pool_stats(x->pool, st);
+    if (s == GM_OK && x->o->check)
+        s = gm_pool_check(x->pool);
+    if (s != GM_OK) {
+        snprintf(x->err, x->errlen, "%s: after op %zu (line %llu): %s: %s", x->t->path, done,
+                 done ? (unsigned long long)x->t->ops[done - 1].line : 1ull, gm_status_str(s),
+                 gm_last_error(x->pool));
+        return -1;
+    }
+    r->timeline[r->n_timeline++] = (timeline_point){
+        .op = done, .live = st->live_bytes, .allocated = st->allocated_bytes,
+        .reserved = st->reserved_bytes, .frag_rate = st->frag_rate};
+    consider_worst(r, st, done);
+    return 0;
+}
+
+static int on_oom(run *x, const trace_op *op)
+{
+    replay_result *r = x->r;
+    if (r->oom_count++ == 0) {
+        r->first_oom_line = op->line;
+        snprintf(r->first_oom_message, sizeof r->first_oom_message, "%s",
+                 gm_last_error(x->pool));
+    }
+    if (x->o->strict) {
+        snprintf(x->err, x->errlen, "%s:%llu: allocate of %llu bytes cannot be satisfied: %s "
+                 "(--strict: stopping)", x->t->path, (unsigned long long)op->line,
+                 (unsigned long long)op->size, gm_last_error(x->pool));
+        return -1;
+    }
+    if (x->o->max_warnings && r->oom_count <= x->o->max_warnings)
+        fprintf(stderr, "gpumem: warning: %s:%llu: allocate of %llu bytes failed: %s\n",
+                x->t->path, (unsigned long long)op->line, (unsigned long long)op->size,
+                gm_last_error(x->pool));
+    return 0;
+}
+
+/* Replay ops [from, to). Returns the index reached: `to`, or the op that failed fatally. */
+static size_t run_ops(run *x, size_t from, size_t to)
+{
+    const trace_op *ops = x->t->ops;
+    replay_result *r = x->r;
+    size_t i = from;
+    for (; i < to; i++) {
+        const trace_op *op = &ops[i];
+        gm_status st;
+        if (op->kind == TRACE_ALLOC) {
+            st = gm_alloc(x->pool, (size_t)op->size, x->streams[op->stream], &x->ptrs[op->slot]);
+            r->ops++;
+            if (st == GM_OK)
+                continue;
+            x->ptrs[op->slot] = NULL;
+            if (st == GM_ERR_OUT_OF_MEMORY && on_oom(x, op) == 0)
+                continue;
+        } else {
+            void *p = x->ptrs[op->slot];
+            if (!p) {
+                r->frees_skipped++;
+                continue;
+            }
+            st = gm_free(x->pool, p, x->streams[op->stream]);
+            r->ops++;
+            x->ptrs[op->slot] = NULL;
+            if (st == GM_OK)
+                continue;
+        }
+        if (st != GM_ERR_OUT_OF_MEMORY)
+            snprintf(x->err, x->errlen, "%s:%llu: %s failed: %s: %s", x->t->path,
+                     (unsigned long long)op->line, op->kind == TRACE_ALLOC ? "gm_alloc" : "gm_free",
+                     gm_status_str(st), gm_last_error(x->pool));
+        return i;
+    }
+    return i;
+}
+
+static int replay_ops(run *x)
+{
+    const trace *t = x->t;
+    replay_result *r = x->r;
+    size_t n = t->n_ops, done = 0;
+    gm_stats st;
+    if (sample(x, 0, &st) != 0)
+        return -1;
+    r->at_peak = st; /* stands when the trace allocates nothing */
+    while (done < n) {
+        size_t stop = (done / x->sample_every + 1) * x->sample_every;
+        if (stop > n)
+            stop = n;
+        if (done <= t->peak_op && stop > t->peak_op + 1)
+            stop = t->peak_op + 1;
+        uint64_t t0 = now_ns();
+        size_t reached = run_ops(x, done, stop);
+        r->host_ns += now_ns() - t0;
+        if (reached != stop)
+            return -1;
+        done = stop;
+        if (done == t->peak_op + 1) {
+            if (gm_pool_stats(x->pool, &r->at_peak) != GM_OK)
+                return -1;
+            consider_worst(r, &r->at_peak, done);
+            if (x->o->snapshot && take_snapshot(x) != 0)
+                return -1;
+        }
+        if ((done % x->sample_every == 0 || done == n) && sample(x, done, &st) != 0)
+            return -1;
+        progress(x, done);
+    }
+    return 0;
+}
+
+static uint64_t recommend_reserve(uint64_t peak_reserved)
+{
+    uint64_t want = peak_reserved + peak_reserved * RECOMMEND_MARGIN_PERCENT / 100;
+    return (want + RECOMMEND_ROUNDING - 1) / RECOMMEND_ROUNDING * RECOMMEND_ROUNDING;
+}
+
+static int setup(run *x)
+{
+    replay_result *r = x->r;
+    const cli_settings *s = &x->o->settings;
+    if (backend_open(s, &x->backend, x->err, x->errlen) != 0)
+        return EXIT_RUNTIME;
+    gm_backend_info(x->backend, &r->device);
+    gm_status st = gm_pool_create(x->backend, &s->pool, &x->pool);
+    if (st != GM_OK) {
+        const char *msg = gm_last_error(NULL);
+        snprintf(x->err, x->errlen, "cannot create the pool: %s%s%s", gm_status_str(st),
+                 *msg ? ": " : "", msg);
+        x->pool = NULL;
+        return st == GM_ERR_INVALID_ARGUMENT || st == GM_ERR_UNSUPPORTED ? EXIT_USAGE
+                                                                         : EXIT_RUNTIME;
+    }
+    r->resolved = *s;
+    gm_pool_config(x->pool, &r->resolved.pool);
+    r->resolved.pool.error_callback = NULL;
+    r->resolved.pool.error_user = NULL;
+    r->resolved.sim.capacity = r->device.total_bytes;
+    r->resolved.sim.vmm_granularity = r->device.vmm_granularity;
+    size_t points = x->t->n_ops / x->sample_every + 3;
+    x->ptrs = calloc(x->t->n_slots ? x->t->n_slots : 1, sizeof *x->ptrs);
+    r->timeline = calloc(points, sizeof *r->timeline);
+    if (!x->ptrs || !r->timeline || open_streams(x) != 0) {
+        snprintf(x->err, x->errlen, "%s: cannot set up the replay (host memory or streams)",
+                 x->t->path);
+        return EXIT_RUNTIME;
+    }
+    return EXIT_OK_;
+}
+
+int replay_run(const trace *t, const replay_options *o, replay_result *r, char *err,
+               size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    run x = {.t = t, .o = o, .r = r, .err = err, .errlen = errlen};
+    x.sample_every = (t->n_ops + TIMELINE_POINTS - 1) / TIMELINE_POINTS;
+    if (x.sample_every == 0)
+        x.sample_every = 1;
+    err[0] = 0;
+    int rc = setup(&x);
+    if (rc == EXIT_OK_ && replay_ops(&x) != 0)
+        rc = EXIT_RUNTIME;
+    if (rc == EXIT_OK_ && gm_pool_stats(x.pool, &r->final) != GM_OK)
+        rc = EXIT_RUNTIME;
+    if (rc == EXIT_RUNTIME && !err[0])
+        snprintf(err, errlen, "%s: replay failed: %s", t->path, gm_last_error(x.pool));
+    if (rc == EXIT_OK_) {
+        r->ns_per_op = r->ops ? (double)r->host_ns / (double)r->ops : 0;
+        r->recommended_initial_reserve = recommend_reserve(r->final.peak_reserved_bytes);
+    }
+    if (x.pool)
+        gm_pool_destroy_force(x.pool);
+    close_streams(&x);
+    if (x.backend)
+        gm_backend_destroy(x.backend);
+    free(x.ptrs);
+    if (rc != EXIT_OK_)
+        replay_result_free(r);
+    return rc;
+}
+
+void replay_result_free(replay_result *r)
+{
+    free(r->timeline);
+    free(r->snapshot);
+    r->timeline = NULL;
+    r->snapshot = NULL;
+    r->n_timeline = 0;
+}
