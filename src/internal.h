@@ -177,6 +177,7 @@ gm_status pages_acquire_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_
 void pages_drop_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);
 size_t pages_unmap_idle_locked(gm_pool *pool, gm_arena *a, size_t max_pages);
 size_t release_free_memory_locked(gm_pool *pool, size_t target);
+size_t releasable_bytes_locked(gm_pool *pool);
 void sync_streams_locked(gm_pool *pool);
 size_t vmm_page_of(const gm_arena *a, uintptr_t addr);
 

@@ -463,15 +463,23 @@ static void block_release_locked(gm_pool *pool, gm_block *b)
 
 /* ---------------------------------------------------------------- growth */
 
-/* Make room under the cap (and, with BEFORE_GROW, under the peak so far) for `need` new bytes
- * by releasing free memory of the pool. */
+/* Make room for `need` new bytes by releasing free segments of the pool when the growth would
+ * pass the cap, or, with BEFORE_GROW, the peak reserved so far. Under the peak rule, cached
+ * segments are released only if that keeps the peak where it is: when the peak must rise anyway
+ * they stay, as they may serve the requests that come next. (Measured on the shared traces:
+ * releasing whenever the peak would rise made gpt2_train's reserved/live 1.112 instead of
+ * 1.087; never releasing, PyTorch's policy, made resnet_train's 1.616 instead of 1.006.) */
 static void make_room_locked(gm_pool *pool, size_t need)
 {
     size_t cap = pool->limit;
-    if (pool->cfg.release == GM_RELEASE_BEFORE_GROW && pool->peak_reserved < cap)
+    bool peak_rule = pool->cfg.release == GM_RELEASE_BEFORE_GROW && pool->peak_reserved < cap;
+    if (peak_rule)
         cap = pool->peak_reserved;
-    if (pool->reserved_bytes + need > cap)
-        release_free_memory_locked(pool, cap > need ? cap - need : 0);
+    if (pool->reserved_bytes + need <= cap)
+        return;
+    if (peak_rule && pool->reserved_bytes + need - cap > releasable_bytes_locked(pool))
+        return;
+    release_free_memory_locked(pool, cap > need ? cap - need : 0);
 }
 
 static gm_status grow_plain_locked(gm_pool *pool, gm_arena *a, size_t granted)
