@@ -3,7 +3,7 @@
  *
  *   gm_pool ─┬─ heaps[] (one per stream that allocated: PyTorch's rule that free memory is
  *            │           reused at once only by its own stream)
- *            │    └─ arenas[SMALL, LARGE] ─ one strategy instance (tlsf) over its spans
+ *            │    └─ arenas[SMALL, LARGE] ─ one strategy instance (strategy.h) over its spans
  *            │          └─ spans: plain segments, or one VMM virtual range with a page table
  *            ├─ live map: address → block, for gm_free in O(1)
  *            └─ pending: blocks freed while other streams may still use them (events)
@@ -40,6 +40,7 @@ enum {
 typedef struct gm_span gm_span;
 typedef struct gm_arena gm_arena;
 typedef struct gm_heap gm_heap;
+typedef struct strategy_ops strategy_ops;
 
 typedef struct gm_block {
     uintptr_t addr;
@@ -73,29 +74,16 @@ typedef struct vmm_page {
 } vmm_page;
 #define PAGE_NONE UINT32_MAX
 
-/* Two-level segregated fit (strategy/tlsf.c). Sizes are multiples of TLSF_ALIGN. */
-enum {
-    TLSF_ALIGN_LOG2 = 9,
-    TLSF_SL_LOG2 = 5,
-    TLSF_SL_COUNT = 1 << TLSF_SL_LOG2,
-    TLSF_FL_SHIFT = TLSF_SL_LOG2 + TLSF_ALIGN_LOG2, /* sizes below 2^FL_SHIFT are class 0 */
-    TLSF_FL_COUNT = 64 - TLSF_FL_SHIFT + 1,
-};
-#define TLSF_ALIGN ((size_t)1 << TLSF_ALIGN_LOG2)
-static_assert(GM_ALIGNMENT == TLSF_ALIGN, "blocks are GM_ALIGNMENT-granular");
-static_assert(TLSF_FL_COUNT <= 64, "first-level bitmap is one uint64_t");
-
-typedef struct tlsf {
-    uint64_t fl_bitmap;
-    uint32_t sl_bitmap[TLSF_FL_COUNT];
-    gm_block *heads[TLSF_FL_COUNT][TLSF_SL_COUNT];
-    size_t free_blocks;
-} tlsf;
+/* Every block address and size is a multiple of BLOCK_ALIGN. */
+enum { BLOCK_ALIGN_LOG2 = 9 };
+#define BLOCK_ALIGN ((size_t)1 << BLOCK_ALIGN_LOG2)
+static_assert(GM_ALIGNMENT == BLOCK_ALIGN, "blocks are GM_ALIGNMENT-granular");
 
 struct gm_arena {
     gm_heap *heap;
-    int kind;  /* ARENA_SMALL / ARENA_LARGE */
-    tlsf free; /* free blocks of every span of this arena */
+    int kind;                 /* ARENA_SMALL / ARENA_LARGE */
+    const strategy_ops *ops;  /* the strategy that files this arena's free blocks */
+    void *state;              /* the strategy's free structures */
     gm_span *spans;
     size_t span_count;
     /* VMM only: the one span and its page table. */
@@ -161,12 +149,6 @@ void pool_note_reserved_locked(gm_pool *pool, size_t bytes, bool grow);
 gm_block *block_new_locked(gm_pool *pool);
 void block_delete_locked(gm_pool *pool, gm_block *b);
 
-/* --- strategy/tlsf.c: best fit over the free blocks of one arena --- */
-void tlsf_init(tlsf *t);
-void tlsf_insert(tlsf *t, gm_block *b);
-void tlsf_remove(tlsf *t, gm_block *b);
-gm_block *tlsf_find(tlsf *t, size_t size); /* smallest-class free block >= size, or NULL */
-gm_status tlsf_check(const tlsf *t, size_t *free_blocks_out, char *why, size_t why_len);
 
 /* --- segment.c: spans, device calls, VMM pages --- */
 gm_status seg_call_locked(gm_pool *pool, gm_call kind, gm_status st, uint64_t t0);

@@ -19,6 +19,7 @@
  * release make device calls; VMM work is O(pages covered by the block).
  */
 #include "internal.h"
+#include "strategy.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -127,7 +128,7 @@ void block_delete_locked(gm_pool *pool, gm_block *b)
 
 static size_t map_slot(const block_map *m, uintptr_t addr)
 {
-    uint64_t h = (uint64_t)(addr >> TLSF_ALIGN_LOG2) * 0x9E3779B97F4A7C15ull;
+    uint64_t h = (uint64_t)(addr >> BLOCK_ALIGN_LOG2) * 0x9E3779B97F4A7C15ull;
     return (size_t)(h >> 32) & (m->cap - 1);
 }
 
@@ -344,18 +345,24 @@ static gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream, bool create)
     memset(h, 0, sizeof *h);
     h->stream = stream;
     for (int k = 0; k < ARENA_COUNT; k++) {
-        h->arenas[k].heap = h;
-        h->arenas[k].kind = k;
-        h->arenas[k].idle_head = PAGE_NONE;
-        tlsf_init(&h->arenas[k].free);
+        gm_arena *a = &h->arenas[k];
+        a->heap = h;
+        a->kind = k;
+        a->idle_head = PAGE_NONE;
+        a->ops = strategy_of(pool->cfg.strategy, k);
+        if (a->ops->init(pool, a) != GM_OK) {
+            while (k--)
+                h->arenas[k].ops->fini(pool, &h->arenas[k]);
+            pool->heap_count--;
+            return NULL;
+        }
     }
     return h;
 }
 
 /* ---------------------------------------------------------------- sizes */
 
-/* Granted size for a request, or 0 if it cannot be represented. */
-static size_t granted_size(const gm_pool *pool, size_t size)
+size_t pool_round_size(const gm_pool *pool, size_t size)
 {
     size_t g = pool->cfg.min_block_bytes;
     if (size > SIZE_MAX / 2)
@@ -371,70 +378,44 @@ static size_t granted_size(const gm_pool *pool, size_t size)
     return r;
 }
 
-/* Bytes of a new plain segment for a block of `granted` bytes in arena kind `kind`. */
-static size_t plain_segment_size(const gm_pool *pool, int kind, size_t granted)
+size_t pool_default_segment_size(const gm_pool *pool, const gm_arena *a, size_t granted)
 {
     const gm_config *c = &pool->cfg;
-    if (kind == ARENA_SMALL && granted <= c->small_segment_bytes)
+    if (a->kind == ARENA_SMALL && granted <= c->small_segment_bytes)
         return c->small_segment_bytes;
-    if (kind == ARENA_LARGE && granted < c->large_request_min)
+    if (a->kind == ARENA_LARGE && granted < c->large_request_min)
         return c->medium_segment_bytes;
     return round_up(granted, c->segment_rounding);
 }
 
-/* ---------------------------------------------------------------- fit, split, coalesce */
+/* ---------------------------------------------------------------- block surgery */
 
-/* Take `size` bytes from the front of free block b. */
-static gm_status block_take_locked(gm_pool *pool, gm_arena *a, gm_block *b, size_t size)
+gm_block *block_split_locked(gm_pool *pool, gm_block *b, size_t size)
 {
-    tlsf_remove(&a->free, b);
-    if (b->size - size >= TLSF_ALIGN) {
-        gm_block *rest = block_new_locked(pool);
-        if (!rest) {
-            tlsf_insert(&a->free, b);
-            return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "host memory exhausted (block)");
-        }
-        rest->addr = b->addr + size;
-        rest->size = b->size - size;
-        rest->span = b->span;
-        rest->flags = BLOCK_FREE;
-        rest->phys_prev = b;
-        rest->phys_next = b->phys_next;
-        if (b->phys_next)
-            b->phys_next->phys_prev = rest;
-        b->phys_next = rest;
-        b->size = size;
-        tlsf_insert(&a->free, rest);
-    }
-    b->flags = 0;
-    b->span->live_blocks++;
-    return GM_OK;
+    gm_block *rest = block_new_locked(pool);
+    if (!rest)
+        return NULL;
+    rest->addr = b->addr + size;
+    rest->size = b->size - size;
+    rest->span = b->span;
+    rest->flags = BLOCK_FREE;
+    rest->phys_prev = b;
+    rest->phys_next = b->phys_next;
+    if (b->phys_next)
+        b->phys_next->phys_prev = rest;
+    b->phys_next = rest;
+    b->size = size;
+    return rest;
 }
 
-/* Merge free block `next` into `b` (its lower neighbour). */
-static void block_absorb(gm_pool *pool, gm_block *b, gm_block *next)
+void block_merge_next_locked(gm_pool *pool, gm_block *b)
 {
+    gm_block *next = b->phys_next;
     b->size += next->size;
     b->phys_next = next->phys_next;
     if (next->phys_next)
         next->phys_next->phys_prev = b;
     block_delete_locked(pool, next);
-}
-
-/* Put free block b on its arena's free lists, merged with its free neighbours. */
-static void block_coalesce_insert_locked(gm_pool *pool, gm_arena *a, gm_block *b)
-{
-    gm_block *next = b->phys_next, *prev = b->phys_prev;
-    if (next && block_is_free(next)) {
-        tlsf_remove(&a->free, next);
-        block_absorb(pool, b, next);
-    }
-    if (prev && block_is_free(prev)) {
-        tlsf_remove(&a->free, prev);
-        block_absorb(pool, prev, b);
-        b = prev;
-    }
-    tlsf_insert(&a->free, b);
 }
 
 /* Mark a taken block free again and return it to the free lists (no page bookkeeping). */
@@ -447,7 +428,7 @@ static void block_untake_locked(gm_pool *pool, gm_block *b)
     b->extra_streams = NULL;
     b->extra_count = 0;
     s->live_blocks--;
-    block_coalesce_insert_locked(pool, s->arena, b);
+    s->arena->ops->give(pool, s->arena, b);
 }
 
 /* Return a no-longer-used block to its arena, then apply the eager release policy. */
@@ -484,7 +465,7 @@ static void make_room_locked(gm_pool *pool, size_t need)
 
 static gm_status grow_plain_locked(gm_pool *pool, gm_arena *a, size_t granted)
 {
-    size_t seg = plain_segment_size(pool, a->kind, granted);
+    size_t seg = a->ops->segment_size(pool, a, granted);
     size_t exact = round_up(granted, pool->cfg.segment_rounding);
     if (seg > exact && pool->reserved_bytes + seg > pool->limit)
         seg = exact; /* a medium segment does not fit under the cap: try just the block */
@@ -507,18 +488,18 @@ static gm_status arena_alloc_locked(gm_pool *pool, gm_arena *a, size_t granted, 
         if (st != GM_OK)
             return st;
     }
-    gm_block *b = tlsf_find(&a->free, granted);
+    gm_block *b = a->ops->take(pool, a, granted);
     if (!b && !vmm) {
         gm_status st = grow_plain_locked(pool, a, granted);
         if (st != GM_OK)
             return st;
-        b = tlsf_find(&a->free, granted);
+        b = a->ops->take(pool, a, granted);
     }
-    if (!b)
-        return GM_ERR_OUT_OF_MEMORY; /* VMM: the virtual range is exhausted */
-    gm_status st = block_take_locked(pool, a, b, granted);
-    if (st != GM_OK)
-        return st;
+    if (!b) /* VMM: the virtual range is exhausted */
+        return GM_ERR_OUT_OF_MEMORY;
+    b->flags = 0;
+    b->span->live_blocks++;
+    gm_status st;
     if (vmm) {
         st = pages_acquire_locked(pool, a, b->addr, b->size);
         if (st != GM_OK) {
@@ -744,6 +725,7 @@ static void pool_teardown(gm_pool *pool)
                 pages_unmap_idle_locked(pool, a, SIZE_MAX);
             while (a->spans)
                 span_release_locked(pool, a->spans);
+            a->ops->fini(pool, a);
         }
     for (size_t i = 0; i < pool->event_count; i++)
         (void)be->ops->event_destroy(be, pool->events[i]);
@@ -838,18 +820,22 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
                                                   "gm_alloc: size 0 is not a valid request"));
     if (pool->pending)
         process_pending_locked(pool);
-    size_t granted = granted_size(pool, size);
+    gm_heap *h = heap_of_locked(pool, stream, true);
+    if (!h)
+        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
+                                                  "gm_alloc: host memory exhausted (heap)"));
+    const char *refused = "the configuration refuses this size";
+    int kind = strategy_route(pool, size, &refused);
+    if (kind < 0)
+        return pool_unlock(pool, fail_oom_locked(pool, size, stream, refused));
+    gm_arena *a = &h->arenas[kind];
+    size_t granted = a->ops->grant(pool, a, size);
     size_t capacity = pool->backend->caps.capacity;
     if (!granted || granted > capacity || granted > pool->limit)
         return pool_unlock(pool, fail_oom_locked(pool, size, stream,
                                                  granted && granted <= capacity
                                                      ? "the request exceeds the reserve limit"
                                                      : "the request exceeds device capacity"));
-    gm_heap *h = heap_of_locked(pool, stream, true);
-    if (!h)
-        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
-                                                  "gm_alloc: host memory exhausted (heap)"));
-    gm_arena *a = &h->arenas[size <= pool->cfg.small_request_max ? ARENA_SMALL : ARENA_LARGE];
     gm_block *b = NULL;
     gm_status st = arena_alloc_locked(pool, a, granted, &b);
     if (st == GM_ERR_OUT_OF_MEMORY) {

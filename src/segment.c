@@ -19,6 +19,7 @@
  * Bounds: page acquire/drop O(pages covered); release of free memory O(spans + idle pages).
  */
 #include "internal.h"
+#include "strategy.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -88,7 +89,7 @@ static gm_status span_new(gm_pool *pool, gm_arena *a, uintptr_t base, size_t siz
     b->span = s;
     b->flags = BLOCK_FREE;
     span_link(a, s);
-    tlsf_insert(&a->free, b);
+    a->ops->add_span(pool, a, s);
     pool->segment_count++;
     *out = s;
     return GM_OK;
@@ -152,8 +153,8 @@ void span_release_locked(gm_pool *pool, gm_span *s)
     gm_arena *a = s->arena;
     gm_backend *be = pool->backend;
     gm_block *b = s->first;
-    assert(b && block_is_free(b) && b->size == s->size && !b->phys_next);
-    tlsf_remove(&a->free, b);
+    assert(s->live_blocks == 0);
+    a->ops->remove_span(pool, a, s);
     block_delete_locked(pool, b);
     span_unlink(a, s);
     pool->segment_count--;

@@ -12,6 +12,7 @@
  * Bounds: stats, snapshot and check are O(blocks + mapped pages).
  */
 #include "internal.h"
+#include "strategy.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -230,12 +231,9 @@ static gm_status check_span(gm_pool *pool, const gm_span *s, uint32_t *users, re
     const gm_block *prev = NULL;
     for (const gm_block *b = s->first; b; prev = b, b = b->phys_next) {
         if (b->addr != expect || b->span != s || b->phys_prev != prev || !b->size ||
-            b->size % TLSF_ALIGN)
+            b->size % BLOCK_ALIGN)
             return CORRUPT("block 0x%" PRIxPTR " breaks the tiling of span 0x%" PRIxPTR,
                            b->addr, s->base);
-        if (block_is_free(b) && prev && block_is_free(prev))
-            return CORRUPT("adjacent free blocks 0x%" PRIxPTR " and 0x%" PRIxPTR " not merged",
-                           prev->addr, b->addr);
         expect = b->addr + b->size;
         if (block_is_free(b)) {
             rc->free_blocks++;
@@ -321,7 +319,7 @@ static gm_status check_arena(gm_pool *pool, const gm_arena *a, recount *rc)
         return st;
     char why[256];
     size_t listed = 0;
-    if (tlsf_check(&a->free, &listed, why, sizeof why) != GM_OK)
+    if (a->ops->check(pool, a, &listed, why, sizeof why) != GM_OK)
         return CORRUPT("%s", why);
     if (listed != rc->free_blocks - free_before)
         return CORRUPT("free lists hold %zu blocks, spans %zu", listed,

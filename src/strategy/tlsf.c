@@ -16,14 +16,32 @@
  * is free and maps to (fl, sl); free_blocks equals the number of listed blocks.
  *
  * Bounds: insert, remove O(1); find O(FIT_SCAN) = O(1).
- * Splitting and coalescing live with the spans (pool.c), which own address order.
+ * take splits the chosen block at the request (the front is granted, the rest filed again);
+ * give merges a freed block with its free address-order neighbours before filing it, so no two
+ * free blocks of a span are ever adjacent.
  */
-#include "internal.h"
+#include "strategy.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-enum { FIT_SCAN = 8 };
+enum {
+    TLSF_ALIGN_LOG2 = BLOCK_ALIGN_LOG2,
+    TLSF_SL_LOG2 = 5,
+    TLSF_SL_COUNT = 1 << TLSF_SL_LOG2,
+    TLSF_FL_SHIFT = TLSF_SL_LOG2 + TLSF_ALIGN_LOG2, /* sizes below 2^FL_SHIFT are class 0 */
+    TLSF_FL_COUNT = 64 - TLSF_FL_SHIFT + 1,
+    FIT_SCAN = 8,
+};
+static_assert(TLSF_FL_COUNT <= 64, "first-level bitmap is one uint64_t");
+
+typedef struct tlsf {
+    uint64_t fl_bitmap;
+    uint32_t sl_bitmap[TLSF_FL_COUNT];
+    gm_block *heads[TLSF_FL_COUNT][TLSF_SL_COUNT];
+    size_t free_blocks;
+} tlsf;
 
 static void mapping(size_t size, unsigned *fl, unsigned *sl)
 {
@@ -37,12 +55,7 @@ static void mapping(size_t size, unsigned *fl, unsigned *sl)
     *sl = (unsigned)(size >> (top - TLSF_SL_LOG2)) ^ TLSF_SL_COUNT;
 }
 
-void tlsf_init(tlsf *t)
-{
-    memset(t, 0, sizeof *t);
-}
-
-void tlsf_insert(tlsf *t, gm_block *b)
+static void tlsf_insert(tlsf *t, gm_block *b)
 {
     unsigned fl, sl;
     mapping(b->size, &fl, &sl);
@@ -57,7 +70,7 @@ void tlsf_insert(tlsf *t, gm_block *b)
     t->free_blocks++;
 }
 
-void tlsf_remove(tlsf *t, gm_block *b)
+static void tlsf_remove(tlsf *t, gm_block *b)
 {
     unsigned fl, sl;
     mapping(b->size, &fl, &sl);
@@ -105,7 +118,7 @@ static gm_block *first_above(const tlsf *t, unsigned fl, unsigned sl)
     return t->heads[fl][(unsigned)__builtin_ctz(sl_map)];
 }
 
-gm_block *tlsf_find(tlsf *t, size_t size)
+static gm_block *tlsf_find(tlsf *t, size_t size)
 {
     unsigned fl, sl;
     mapping(size, &fl, &sl);
@@ -115,7 +128,7 @@ gm_block *tlsf_find(tlsf *t, size_t size)
     return b ? b : first_above(t, fl, sl);
 }
 
-gm_status tlsf_check(const tlsf *t, size_t *free_blocks_out, char *why, size_t why_len)
+static gm_status tlsf_check(const tlsf *t, size_t *free_blocks_out, char *why, size_t why_len)
 {
     size_t count = 0;
     for (unsigned fl = 0; fl < TLSF_FL_COUNT; fl++) {
@@ -151,3 +164,99 @@ gm_status tlsf_check(const tlsf *t, size_t *free_blocks_out, char *why, size_t w
     *free_blocks_out = count;
     return GM_OK;
 }
+
+/* ---------------------------------------------------------------- the strategy interface */
+
+static gm_status tlsf_init_arena(gm_pool *pool, gm_arena *a)
+{
+    (void)pool;
+    a->state = calloc(1, sizeof(tlsf));
+    return a->state ? GM_OK : GM_ERR_HOST_MEMORY;
+}
+
+static void tlsf_fini_arena(gm_pool *pool, gm_arena *a)
+{
+    (void)pool;
+    free(a->state);
+    a->state = NULL;
+}
+
+static size_t tlsf_grant(const gm_pool *pool, const gm_arena *a, size_t size)
+{
+    (void)a;
+    return pool_round_size(pool, size);
+}
+
+static void tlsf_add_span(gm_pool *pool, gm_arena *a, gm_span *s)
+{
+    (void)pool;
+    tlsf_insert(a->state, s->first);
+}
+
+static void tlsf_remove_span(gm_pool *pool, gm_arena *a, gm_span *s)
+{
+    (void)pool;
+    tlsf_remove(a->state, s->first);
+}
+
+static gm_block *tlsf_take(gm_pool *pool, gm_arena *a, size_t size)
+{
+    tlsf *t = a->state;
+    gm_block *b = tlsf_find(t, size);
+    if (!b)
+        return NULL;
+    tlsf_remove(t, b);
+    if (b->size - size >= BLOCK_ALIGN) {
+        gm_block *rest = block_split_locked(pool, b, size);
+        if (!rest) {
+            tlsf_insert(t, b);
+            return NULL;
+        }
+        tlsf_insert(t, rest);
+    }
+    return b;
+}
+
+static void tlsf_give(gm_pool *pool, gm_arena *a, gm_block *b)
+{
+    tlsf *t = a->state;
+    gm_block *next = b->phys_next, *prev = b->phys_prev;
+    if (next && block_is_free(next)) {
+        tlsf_remove(t, next);
+        block_merge_next_locked(pool, b);
+    }
+    if (prev && block_is_free(prev)) {
+        tlsf_remove(t, prev);
+        block_merge_next_locked(pool, prev);
+        b = prev;
+    }
+    tlsf_insert(t, b);
+}
+
+static gm_status tlsf_check_arena(gm_pool *pool, const gm_arena *a, size_t *free_blocks,
+                                  char *why, size_t why_len)
+{
+    (void)pool;
+    const gm_block *prev = NULL;
+    for (const gm_span *s = a->spans; s; s = s->next, prev = NULL)
+        for (const gm_block *b = s->first; b; prev = b, b = b->phys_next)
+            if (prev && block_is_free(prev) && block_is_free(b)) {
+                snprintf(why, why_len, "tlsf: adjacent free blocks 0x%zx and 0x%zx not merged",
+                         (size_t)prev->addr, (size_t)b->addr);
+                return GM_ERR_CORRUPT;
+            }
+    return tlsf_check(a->state, free_blocks, why, why_len);
+}
+
+const strategy_ops tlsf_strategy = {
+    .name = "tlsf",
+    .init = tlsf_init_arena,
+    .fini = tlsf_fini_arena,
+    .grant = tlsf_grant,
+    .segment_size = pool_default_segment_size,
+    .add_span = tlsf_add_span,
+    .remove_span = tlsf_remove_span,
+    .take = tlsf_take,
+    .give = tlsf_give,
+    .check = tlsf_check_arena,
+};

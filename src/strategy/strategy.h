@@ -1,0 +1,62 @@
+/*
+ * The strategy interface: how an arena carves its spans into blocks.
+ *
+ * The pool owns spans (segments), block records, streams, pages and counters; a strategy owns
+ * only the free blocks of one arena: where they are filed and how they split and merge. All
+ * strategies tile spans with gm_block records in address order (phys_prev/phys_next), so stats,
+ * snapshots and gm_pool_check work the same for every one of them.
+ *
+ * Calls, all under the pool lock:
+ *   init / fini      create and destroy the arena's state (a->state)
+ *   grant            granted size for a request in this arena (the strategy's rounding), or 0
+ *                    if the arena cannot serve the request at all
+ *   segment_size     bytes of a new plain segment to serve a block of `granted` bytes
+ *   add_span         a new span holding one free block (s->first) joins the arena
+ *   remove_span      a wholly free span leaves: forget its free block(s) (the pool frees the
+ *                    records of s->first afterwards; the strategy deletes any others)
+ *   take             remove a free block of exactly `granted` bytes from the free structures,
+ *                    splitting as the strategy does; NULL if none fits (the pool then grows)
+ *   give             a block just freed (flags BLOCK_FREE) returns: merge and file it
+ *   check            validate the free structures; count the free blocks filed
+ */
+#ifndef GM_STRATEGY_H
+#define GM_STRATEGY_H
+
+#include "internal.h"
+
+struct strategy_ops {
+    const char *name;
+    gm_status (*init)(gm_pool *pool, gm_arena *a);
+    void (*fini)(gm_pool *pool, gm_arena *a);
+    size_t (*grant)(const gm_pool *pool, const gm_arena *a, size_t size);
+    size_t (*segment_size)(const gm_pool *pool, const gm_arena *a, size_t granted);
+    void (*add_span)(gm_pool *pool, gm_arena *a, gm_span *s);
+    void (*remove_span)(gm_pool *pool, gm_arena *a, gm_span *s);
+    gm_block *(*take)(gm_pool *pool, gm_arena *a, size_t granted);
+    void (*give)(gm_pool *pool, gm_arena *a, gm_block *b);
+    gm_status (*check)(gm_pool *pool, const gm_arena *a, size_t *free_blocks, char *why,
+                       size_t why_len);
+};
+
+extern const strategy_ops tlsf_strategy;
+
+/* The strategy that serves arena `arena_kind` for config value `s` (strategy.c). */
+const strategy_ops *strategy_of(gm_strategy s, int arena_kind);
+/* The arena (ARENA_SMALL / ARENA_LARGE) that serves a request of `size` bytes, or -1 when the
+ * configuration refuses it (with a reason in *why). */
+int strategy_route(const gm_pool *pool, size_t size, const char **why);
+
+/* Shared block surgery for strategies (pool.c). */
+/* Split free block b (not filed) at `size`: b keeps the front, the returned record the rest
+ * (free, not filed). NULL if host memory is exhausted (b unchanged). */
+gm_block *block_split_locked(gm_pool *pool, gm_block *b, size_t size);
+/* Merge b's free address-order successor (not filed) into b, deleting its record. */
+void block_merge_next_locked(gm_pool *pool, gm_block *b);
+
+/* Granted size by the pool's rounding rules (min_block_bytes, roundup_power2_divisions), or 0
+ * if the size cannot be represented. */
+size_t pool_round_size(const gm_pool *pool, size_t size);
+/* PyTorch-like plain segment sizing: small segments, medium segments, large rounded. */
+size_t pool_default_segment_size(const gm_pool *pool, const gm_arena *a, size_t granted);
+
+#endif
