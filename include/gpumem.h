@@ -171,6 +171,11 @@ GM_API gm_status gm_sim_stream_destroy(gm_backend *backend, gm_stream stream);
 GM_API gm_status gm_sim_launch(gm_backend *backend, gm_stream stream);
 /* Complete all work queued on `stream` so far. */
 GM_API gm_status gm_sim_stream_complete(gm_backend *backend, gm_stream stream);
+/* Items (kernels, copies, waits) queued on `stream` so far, and how many of them have completed
+ * (by gm_sim_stream_complete, or because someone synchronized the stream). Items complete in
+ * order, so item n is done iff *completed >= n. */
+GM_API gm_status gm_sim_stream_progress(gm_backend *backend, gm_stream stream, uint64_t *queued,
+                                        uint64_t *completed);
 /* Host address of the bytes behind device address `dev` (host_backed sims only). */
 GM_API gm_status gm_sim_host_ptr(gm_backend *backend, const void *dev, void **host);
 /* Advance the simulated device clock by `ns` (a fake clock for time-based policies). */
@@ -203,6 +208,35 @@ typedef enum gm_release {
     GM_RELEASE_COUNT
 } gm_release;
 
+/* Cache buckets (gm_config.cache_*; gm_stats.cache). */
+enum { GM_CACHE_SMALL = 0, GM_CACHE_MEDIUM = 1, GM_CACHE_LARGE = 2, GM_CACHE_BUCKETS = 3 };
+
+/* How a cached block is matched to a request, per bucket. */
+typedef enum gm_match {
+    GM_MATCH_DEFAULT = 0, /* small: exact, medium and large: approx */
+    GM_MATCH_EXACT,       /* granted sizes equal */
+    GM_MATCH_APPROX,      /* granted <= cached <= granted x (1 + cache_approx_ratio) */
+    GM_MATCH_BEST,        /* the smallest cached block >= granted in the bucket */
+    GM_MATCH_COUNT
+} gm_match;
+
+/* Which cached block a bucket evicts first. */
+typedef enum gm_evict {
+    GM_EVICT_DEFAULT = 0, /* LRU */
+    GM_EVICT_LRU,         /* the oldest block of the size class least recently freed or hit */
+    GM_EVICT_FIFO,        /* the block cached first */
+    GM_EVICT_COUNT
+} gm_evict;
+
+/* Called on the out-of-memory ladder's fourth step, after the cache was evicted and free memory
+ * released: the program may free memory (it may call gm_free on this pool; no pool lock is
+ * held). Return nonzero to have the allocation retried, zero to let it fail. Called at most
+ * GM_OOM_RETRIES times for one allocation. */
+typedef int (*gm_oom_fn)(void *user, gm_pool *pool, size_t size, gm_stream stream);
+#define GM_OOM_RETRIES 3
+
+#define GM_THREAD_CACHE_OFF 0xFFFFFFFFu
+
 /* Called on every error the pool records, with the pool's message. Runs on the failing thread,
  * with no pool lock held; it must not free the pool. */
 typedef void (*gm_error_fn)(void *user, gm_status status, const char *message);
@@ -234,6 +268,26 @@ typedef struct gm_config {
 
     /* VMM. */
     size_t vmm_reserve_bytes; /* virtual range reserved per arena; 0 = device capacity */
+
+    /* Cache of freed blocks (docs/cache.md). */
+    int cache_disable;               /* nonzero: freed blocks go straight back to the strategy */
+    size_t cache_small_max;          /* blocks < this are "small"; 0 = 1 MiB */
+    size_t cache_large_min;          /* blocks > this are "large"; 0 = 16 MiB */
+    gm_match cache_match[GM_CACHE_BUCKETS];
+    double cache_approx_ratio;       /* for GM_MATCH_APPROX; 0 = 0.125 */
+    gm_evict cache_evict[GM_CACHE_BUCKETS];
+    double cache_cap_fraction;       /* cap on cached bytes, of device capacity; 0 = 0.20 */
+    size_t cache_cap_bytes;          /* absolute cap; overrides the fraction when nonzero */
+    unsigned thread_cache_blocks;    /* blocks each thread keeps for the lock-free fast path;
+                                        0 = 32; set GM_THREAD_CACHE_OFF to turn it off */
+
+    /* Streams. */
+    int stream_wait; /* nonzero: a cached block freed on stream S may go to stream T at once,
+                        with T made to wait (on the device) for S's event; zero: only after
+                        that event has completed (the cudaMallocAsync contract either way) */
+
+    gm_oom_fn oom_callback; /* NULL = none; see gm_oom_fn */
+    void *oom_user;
 
     gm_error_fn error_callback; /* NULL = none */
     void *error_user;
@@ -315,6 +369,16 @@ typedef struct gm_stats {
     size_t largest_free_bytes;   /* largest contiguous free range inside reserved memory */
     double frag_rate;            /* 1 - largest_free / total_free; 0 when nothing is free */
     uint64_t free_histogram[GM_HISTOGRAM_BINS];
+
+    /* Cache (free blocks kept for reuse; counted in total_free_bytes). */
+    size_t cached_bytes, cached_blocks;
+    struct {
+        uint64_t hits, misses, evictions;
+        size_t cached_bytes, cached_blocks;
+    } cache[GM_CACHE_BUCKETS];
+    uint64_t thread_cache_hits; /* allocations served by a thread's lock-free cache */
+    uint64_t cross_stream_reuses; /* cached blocks handed to a stream other than their own */
+    uint64_t oom_ladder[5];      /* allocations that reached ladder step 1..5 */
 } gm_stats;
 
 /* Fill *out. Fragmentation fields walk every free block: O(blocks). Thread-safe. */
@@ -352,14 +416,18 @@ GM_API gm_status gm_pool_set_error_callback(gm_pool *pool, gm_error_fn fn, void 
 /* The configuration the pool runs with, every default filled in. */
 GM_API gm_status gm_pool_config(gm_pool *pool, gm_config *out);
 
-/* Short static names of config enums ("tlsf", "vmm", "before_grow"), and the reverse lookups
- * (return GM_ERR_INVALID_ARGUMENT for unknown names). */
+/* Short static names of config enums ("tlsf", "vmm", "before_grow", "approx", "lru"), and the
+ * reverse lookups (return GM_ERR_INVALID_ARGUMENT for unknown names). */
 GM_API const char *gm_strategy_str(gm_strategy s);
 GM_API const char *gm_segments_str(gm_segments s);
 GM_API const char *gm_release_str(gm_release r);
 GM_API gm_status gm_strategy_parse(const char *name, gm_strategy *out);
 GM_API gm_status gm_segments_parse(const char *name, gm_segments *out);
 GM_API gm_status gm_release_parse(const char *name, gm_release *out);
+GM_API const char *gm_match_str(gm_match m);
+GM_API const char *gm_evict_str(gm_evict e);
+GM_API gm_status gm_match_parse(const char *name, gm_match *out);
+GM_API gm_status gm_evict_parse(const char *name, gm_evict *out);
 
 #ifdef __cplusplus
 }

@@ -43,6 +43,14 @@ static const char *const release_names[GM_RELEASE_COUNT] = {
     [GM_RELEASE_ON_OOM] = "on_oom", [GM_RELEASE_EAGER] = "eager",
 };
 
+static const char *const match_names[GM_MATCH_COUNT] = {
+    [GM_MATCH_DEFAULT] = "default", [GM_MATCH_EXACT] = "exact", [GM_MATCH_APPROX] = "approx",
+    [GM_MATCH_BEST] = "best",
+};
+static const char *const evict_names[GM_EVICT_COUNT] = {
+    [GM_EVICT_DEFAULT] = "default", [GM_EVICT_LRU] = "lru", [GM_EVICT_FIFO] = "fifo",
+};
+
 static const char *name_of(const char *const *names, unsigned count, unsigned v)
 {
     return v < count ? names[v] : "unknown";
@@ -75,6 +83,15 @@ const char *gm_release_str(gm_release r)
     return name_of(release_names, GM_RELEASE_COUNT, (unsigned)r);
 }
 
+const char *gm_match_str(gm_match m)
+{
+    return name_of(match_names, GM_MATCH_COUNT, (unsigned)m);
+}
+const char *gm_evict_str(gm_evict e)
+{
+    return name_of(evict_names, GM_EVICT_COUNT, (unsigned)e);
+}
+
 #define GM_DEFINE_PARSE(fn, type, names, count)                                                 \
     gm_status fn(const char *name, type *out)                                                   \
     {                                                                                           \
@@ -87,3 +104,5 @@ const char *gm_release_str(gm_release r)
 GM_DEFINE_PARSE(gm_strategy_parse, gm_strategy, strategy_names, GM_STRATEGY_COUNT)
 GM_DEFINE_PARSE(gm_segments_parse, gm_segments, segments_names, GM_SEGMENTS_COUNT)
 GM_DEFINE_PARSE(gm_release_parse, gm_release, release_names, GM_RELEASE_COUNT)
+GM_DEFINE_PARSE(gm_match_parse, gm_match, match_names, GM_MATCH_COUNT)
+GM_DEFINE_PARSE(gm_evict_parse, gm_evict, evict_names, GM_EVICT_COUNT)

@@ -34,8 +34,10 @@ enum {
     ARENA_COUNT = 2,
 };
 
-#define BLOCK_FREE 1u
-#define BLOCK_PENDING 2u
+#define BLOCK_FREE 1u        /* on its strategy's free lists */
+#define BLOCK_PENDING 2u     /* freed, waiting for other streams' events (pool->pending) */
+#define BLOCK_CACHED 4u      /* freed, kept in the cache for reuse */
+#define BLOCK_TO_STRATEGY 8u /* pending on its way back to the strategy (evicted) */
 
 typedef struct gm_span gm_span;
 typedef struct gm_arena gm_arena;
@@ -48,7 +50,10 @@ typedef struct gm_block {
     size_t requested; /* bytes the program asked for (live blocks); 0 when free */
     struct gm_block *phys_prev, *phys_next; /* neighbours in address order, same span */
     struct gm_block *free_prev, *free_next; /* strategy free list; pending list */
+    struct gm_block *age_prev, *age_next;   /* cache: insertion order in its bucket */
     gm_span *span;
+    gm_stream tag;            /* cached: the stream that last used the block */
+    gm_event cache_event;     /* cached: event recorded on `tag` for another stream, or 0 */
     gm_stream *extra_streams; /* streams added by gm_record_stream (heap array) */
     uint32_t extra_count, flags;
 } gm_block;
@@ -100,6 +105,35 @@ struct gm_heap {
     gm_arena arenas[ARENA_COUNT];
 };
 
+/* The cache of freed blocks (cache.c). */
+enum {
+    CACHE_SL_LOG2 = 3,
+    CACHE_SL_COUNT = 1 << CACHE_SL_LOG2,
+    CACHE_CLASSES = (64 - BLOCK_ALIGN_LOG2) * CACHE_SL_COUNT,
+    CACHE_MAP_WORDS = (CACHE_CLASSES + 63) / 64,
+};
+#define CACHE_NO_CLASS UINT16_MAX
+static_assert(CACHE_CLASSES < CACHE_NO_CLASS, "class indices fit uint16_t");
+
+typedef struct cache_bucket {
+    gm_block *heads[CACHE_CLASSES], *tails[CACHE_CLASSES]; /* newest first */
+    uint64_t class_map[CACHE_MAP_WORDS];
+    uint16_t lru_prev[CACHE_CLASSES], lru_next[CACHE_CLASSES];
+    uint16_t lru_head, lru_tail; /* least / most recently used class */
+    gm_block *age_head, *age_tail;
+    size_t bytes, blocks;
+    uint64_t hits, misses, evictions;
+    gm_match match;
+    gm_evict evict;
+} cache_bucket;
+
+typedef struct gm_cache {
+    cache_bucket buckets[GM_CACHE_BUCKETS];
+    size_t bytes, blocks, cap, small_max, large_min;
+    double ratio;
+    bool enabled;
+} gm_cache;
+
 /* Open-addressing map from block address to live block. */
 typedef struct block_map {
     gm_block **slots;
@@ -134,6 +168,14 @@ struct gm_pool {
     uint64_t device_calls[GM_CALL_KINDS];
     uint64_t device_time_ns;
 
+    gm_cache cache;
+    /* Ladder step 3: try to make `bytes` contiguous; true if it did anything. NULL until the
+     * defragmentation layer is built. */
+    bool (*defrag_hook)(gm_pool *pool, size_t bytes);
+    uint64_t cross_stream_reuses;
+    uint64_t oom_ladder[5];
+    uint64_t call_t0; /* device clock at the start of the device call in progress */
+
     gm_error_fn error_fn;
     void *error_user;
     char error_text[1024];
@@ -150,8 +192,27 @@ gm_block *block_new_locked(gm_pool *pool);
 void block_delete_locked(gm_pool *pool, gm_block *b);
 
 
-/* --- segment.c: spans, device calls, VMM pages --- */
-gm_status seg_call_locked(gm_pool *pool, gm_call kind, gm_status st, uint64_t t0);
+gm_status pool_event_get_locked(gm_pool *pool, gm_event *out);
+void pool_event_put_locked(gm_pool *pool, gm_event ev);
+/* An evicted cached block goes back to its strategy (behind an event if another stream last
+ * used it). */
+void cache_release_block_locked(gm_pool *pool, gm_block *b);
+
+/* --- cache.c --- */
+void cache_init(gm_cache *c, const gm_config *cfg, size_t capacity);
+bool cache_put_locked(gm_pool *pool, gm_block *b); /* false: not cached (disabled, too big) */
+gm_block *cache_take_locked(gm_pool *pool, size_t granted, gm_stream s);
+size_t cache_evict_locked(gm_pool *pool, size_t bytes);
+void cache_stats_locked(const gm_pool *pool, gm_stats *out);
+gm_status cache_check_locked(const gm_pool *pool, size_t *blocks, char *why, size_t len);
+
+/* --- device calls: count each and charge its device time to the pool --- */
+void device_call_begin(gm_pool *pool);
+gm_status device_call_end(gm_pool *pool, gm_call kind, gm_status st);
+/* The comma operator sequences the clock read before the call. */
+#define DEVICE_CALL(pool, kind, expr) (device_call_begin(pool), device_call_end((pool), (kind), (expr)))
+
+/* --- segment.c: spans, VMM pages --- */
 gm_status span_create_plain_locked(gm_pool *pool, gm_arena *a, size_t size, gm_span **out);
 gm_status span_create_vmm_locked(gm_pool *pool, gm_arena *a);
 void span_release_locked(gm_pool *pool, gm_span *s);

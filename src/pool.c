@@ -257,6 +257,22 @@ static gm_status resolve_config(const gm_backend *be, const gm_config *in, gm_co
         c->segment_rounding = 2 * MIB;
     if (!c->vmm_reserve_bytes)
         c->vmm_reserve_bytes = be->caps.capacity;
+    if (!c->cache_small_max)
+        c->cache_small_max = 1 * MIB;
+    if (!c->cache_large_min)
+        c->cache_large_min = 16 * MIB;
+    if (c->cache_approx_ratio == 0.0)
+        c->cache_approx_ratio = 0.125;
+    if (c->cache_cap_fraction == 0.0)
+        c->cache_cap_fraction = 0.20;
+    for (int k = 0; k < GM_CACHE_BUCKETS; k++) {
+        if (c->cache_match[k] == GM_MATCH_DEFAULT)
+            c->cache_match[k] = k == GM_CACHE_SMALL ? GM_MATCH_EXACT : GM_MATCH_APPROX;
+        if (c->cache_evict[k] == GM_EVICT_DEFAULT)
+            c->cache_evict[k] = GM_EVICT_LRU;
+    }
+    if (!c->thread_cache_blocks)
+        c->thread_cache_blocks = 32;
 
     const char *bad = NULL;
     if ((unsigned)c->strategy >= GM_STRATEGY_COUNT)
@@ -275,6 +291,20 @@ static gm_status resolve_config(const gm_backend *be, const gm_config *in, gm_co
         bad = "large_request_min must not exceed medium_segment_bytes";
     else if (!(c->reserve_limit_fraction >= 0.0 && c->reserve_limit_fraction <= 1.0))
         bad = "reserve_limit_fraction must be in [0, 1]";
+    else if (c->cache_small_max > c->cache_large_min)
+        bad = "cache_small_max must not exceed cache_large_min";
+    else if (!(c->cache_approx_ratio > 0.0 && c->cache_approx_ratio <= 1.0))
+        bad = "cache_approx_ratio must be in (0, 1]";
+    else if (!(c->cache_cap_fraction > 0.0 && c->cache_cap_fraction <= 1.0))
+        bad = "cache_cap_fraction must be in (0, 1]";
+    else if ((unsigned)c->cache_match[0] >= GM_MATCH_COUNT ||
+             (unsigned)c->cache_match[1] >= GM_MATCH_COUNT ||
+             (unsigned)c->cache_match[2] >= GM_MATCH_COUNT)
+        bad = "cache_match: unknown value";
+    else if ((unsigned)c->cache_evict[0] >= GM_EVICT_COUNT ||
+             (unsigned)c->cache_evict[1] >= GM_EVICT_COUNT ||
+             (unsigned)c->cache_evict[2] >= GM_EVICT_COUNT)
+        bad = "cache_evict: unknown value";
     else if (c->roundup_power2_divisions > 64 || (c->roundup_power2_divisions &&
                                                   !is_pow2(c->roundup_power2_divisions)))
         bad = "roundup_power2_divisions must be 0 or a power of two <= 64";
@@ -511,20 +541,19 @@ static gm_status arena_alloc_locked(gm_pool *pool, gm_arena *a, size_t granted, 
     return GM_OK;
 }
 
-/* ---------------------------------------------------------------- pending frees */
+/* ---------------------------------------------------------------- events and pending frees */
 
-static gm_status event_get_locked(gm_pool *pool, gm_event *out)
+gm_status pool_event_get_locked(gm_pool *pool, gm_event *out)
 {
     if (pool->event_count) {
         *out = pool->events[--pool->event_count];
         return GM_OK;
     }
     gm_backend *be = pool->backend;
-    uint64_t t0 = be->ops->clock_ns(be);
-    return seg_call_locked(pool, GM_CALL_EVENT_CREATE, be->ops->event_create(be, out), t0);
+    return DEVICE_CALL(pool, GM_CALL_EVENT_CREATE, be->ops->event_create(be, out));
 }
 
-static void event_put_locked(gm_pool *pool, gm_event ev)
+void pool_event_put_locked(gm_pool *pool, gm_event ev)
 {
     if (pool->event_count == pool->event_cap) {
         size_t cap = pool->event_cap ? pool->event_cap * 2 : 16;
@@ -547,14 +576,44 @@ static bool block_events_done_locked(gm_pool *pool, gm_block *b)
     gm_event *events = (gm_event *)(void *)b->extra_streams;
     while (b->extra_count) {
         gm_event ev = events[b->extra_count - 1];
-        uint64_t t0 = be->ops->clock_ns(be);
-        gm_status st = seg_call_locked(pool, GM_CALL_EVENT_QUERY, be->ops->event_query(be, ev), t0);
-        if (st == GM_ERR_NOT_READY)
+        if (DEVICE_CALL(pool, GM_CALL_EVENT_QUERY, be->ops->event_query(be, ev)) ==
+            GM_ERR_NOT_READY)
             return false;
-        event_put_locked(pool, ev);
+        pool_event_put_locked(pool, ev);
         b->extra_count--;
     }
     return true;
+}
+
+static void defer_block_locked(gm_pool *pool, gm_block *b, const gm_stream *streams, uint32_t n,
+                               bool to_strategy);
+
+/* A freed block whose users are all done: into the cache, or back to its strategy (directly if
+ * its heap's stream was the last user, else behind an event on that user). */
+static void block_retire_locked(gm_pool *pool, gm_block *b)
+{
+    if (cache_put_locked(pool, b))
+        return;
+    if (b->tag == b->span->arena->heap->stream)
+        block_release_locked(pool, b);
+    else
+        defer_block_locked(pool, b, &b->tag, 1, true);
+}
+
+void cache_release_block_locked(gm_pool *pool, gm_block *b)
+{
+    gm_backend *be = pool->backend;
+    gm_event ev = b->cache_event;
+    b->cache_event = 0;
+    bool done = b->tag == b->span->arena->heap->stream ||
+                (ev && DEVICE_CALL(pool, GM_CALL_EVENT_QUERY, be->ops->event_query(be, ev)) ==
+                           GM_OK);
+    if (ev)
+        pool_event_put_locked(pool, ev);
+    if (done)
+        block_release_locked(pool, b);
+    else
+        defer_block_locked(pool, b, &b->tag, 1, true);
 }
 
 static void process_pending_locked(gm_pool *pool)
@@ -568,8 +627,25 @@ static void process_pending_locked(gm_pool *pool)
         }
         *link = b->free_next;
         b->free_next = NULL;
-        b->flags &= ~BLOCK_PENDING;
-        block_release_locked(pool, b);
+        bool to_strategy = b->flags & BLOCK_TO_STRATEGY;
+        b->flags &= ~(BLOCK_PENDING | BLOCK_TO_STRATEGY);
+        if (to_strategy)
+            block_release_locked(pool, b);
+        else
+            block_retire_locked(pool, b);
+    }
+}
+
+/* Empty the cache and the pending list as far as the device allows: evict, wait for the streams
+ * that freed memory, finish pending frees (which may refill the cache), again. */
+static void drain_locked(gm_pool *pool)
+{
+    for (int round = 0; round < 3; round++) {
+        cache_evict_locked(pool, SIZE_MAX);
+        sync_streams_locked(pool);
+        if (!pool->pending)
+            break;
+        process_pending_locked(pool);
     }
 }
 
@@ -599,43 +675,71 @@ static bool stream_listed(const gm_stream *streams, uint32_t n, gm_stream s)
     return false;
 }
 
-/* Defer a freed block behind events on every stream other than its heap's that used it. */
-static void free_deferred_locked(gm_pool *pool, gm_block *b, gm_stream free_stream)
+/* Park freed block b until an event recorded now on each of `streams` has completed; then it
+ * goes back to its strategy (to_strategy) or is retired to the cache. A stream whose event
+ * cannot be recorded is synchronized instead: memory is never reused early. */
+static void defer_block_locked(gm_pool *pool, gm_block *b, const gm_stream *streams, uint32_t n,
+                               bool to_strategy)
 {
-    gm_stream own = b->span->arena->heap->stream;
-    gm_stream *streams = b->extra_streams;
-    uint32_t n = b->extra_count;
     gm_event *events = malloc(((size_t)n + 1) * sizeof *events);
     uint32_t recorded = 0;
     gm_backend *be = pool->backend;
-    for (uint32_t i = 0; i <= n; i++) {
-        gm_stream s = i < n ? streams[i] : free_stream;
-        if (s == own || (i == n && stream_listed(streams, n, s)))
-            continue;
+    for (uint32_t i = 0; i < n; i++) {
         gm_event ev = 0;
-        gm_status st = events ? event_get_locked(pool, &ev) : GM_ERR_HOST_MEMORY;
-        if (st == GM_OK) {
-            uint64_t t0 = be->ops->clock_ns(be);
-            st = seg_call_locked(pool, GM_CALL_EVENT_RECORD, be->ops->event_record(be, ev, s), t0);
-        }
+        gm_status st = events ? pool_event_get_locked(pool, &ev) : GM_ERR_HOST_MEMORY;
+        if (st == GM_OK)
+            st = DEVICE_CALL(pool, GM_CALL_EVENT_RECORD, be->ops->event_record(be, ev, streams[i]));
         if (st == GM_OK) {
             events[recorded++] = ev;
-        } else {
-            if (ev)
-                event_put_locked(pool, ev);
-            (void)be->ops->stream_sync(be, s); /* no event: wait instead, never reuse early */
+            continue;
         }
+        if (ev)
+            pool_event_put_locked(pool, ev);
+        (void)be->ops->stream_sync(be, streams[i]);
     }
     free(b->extra_streams);
     b->extra_streams = (gm_stream *)(void *)events;
     b->extra_count = recorded;
     if (!recorded) {
-        block_release_locked(pool, b);
+        if (to_strategy)
+            block_release_locked(pool, b);
+        else
+            block_retire_locked(pool, b);
         return;
     }
-    b->flags |= BLOCK_PENDING;
+    b->flags |= BLOCK_PENDING | (to_strategy ? BLOCK_TO_STRATEGY : 0u);
     b->free_next = pool->pending;
     pool->pending = b;
+}
+
+/* A block the program freed on `stream`: reusable at once on that stream; other streams that
+ * used it (gm_record_stream) must finish first. */
+static void block_freed_locked(gm_pool *pool, gm_block *b, gm_stream stream)
+{
+    gm_stream alloc_stream = b->tag;
+    b->tag = stream;
+    if (!b->extra_count && alloc_stream == stream) {
+        block_retire_locked(pool, b);
+        return;
+    }
+    /* Every other stream that used it must finish first: the recorded ones and the one it was
+     * allocated on. */
+    gm_stream *others = realloc(b->extra_streams, (b->extra_count + 1u) * sizeof *others);
+    if (!others) { /* cannot list them: wait for them instead */
+        for (uint32_t i = 0; i < b->extra_count; i++)
+            (void)pool->backend->ops->stream_sync(pool->backend, b->extra_streams[i]);
+        (void)pool->backend->ops->stream_sync(pool->backend, alloc_stream);
+        b->extra_count = 0;
+        block_retire_locked(pool, b);
+        return;
+    }
+    others[b->extra_count] = alloc_stream;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i <= b->extra_count; i++)
+        if (others[i] != stream && !stream_listed(others, n, others[i]))
+            others[n++] = others[i];
+    b->extra_streams = others;
+    defer_block_locked(pool, b, others, n, false);
 }
 
 /* ---------------------------------------------------------------- public: create/destroy */
@@ -658,6 +762,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     pool->limit = effective_limit(&pool->cfg, backend->caps.capacity);
     pool->error_fn = pool->cfg.error_callback;
     pool->error_user = pool->cfg.error_user;
+    cache_init(&pool->cache, &pool->cfg, backend->caps.capacity);
     pthread_mutex_init(&pool->lock, NULL);
 
     size_t initial = pool->cfg.initial_reserve_bytes;
@@ -701,15 +806,16 @@ static void pool_teardown(gm_pool *pool)
 {
     gm_backend *be = pool->backend;
     pthread_mutex_lock(&pool->lock);
-    sync_streams_locked(pool);
+    pool->cache.enabled = false; /* retired blocks go straight back from here on */
+    drain_locked(pool);
     while (pool->pending) { /* the program freed them: wait for their streams, then release */
         gm_block *b = pool->pending;
         pool->pending = b->free_next;
         gm_event *events = (gm_event *)(void *)b->extra_streams;
         for (uint32_t i = 0; i < b->extra_count; i++)
-            event_put_locked(pool, events[i]);
+            pool_event_put_locked(pool, events[i]);
         b->extra_count = 0;
-        b->flags &= ~BLOCK_PENDING;
+        b->flags &= ~(BLOCK_PENDING | BLOCK_TO_STRATEGY);
         block_release_locked(pool, b);
     }
     for (size_t i = 0; i < pool->live.cap; i++) /* force: live blocks are dropped */
@@ -810,6 +916,46 @@ static gm_status fail_oom_locked(gm_pool *pool, size_t size, gm_stream stream, c
         pool->backend->caps.capacity);
 }
 
+/* The out-of-memory ladder (DESIGN.md §2, issue 5): each step frees what it can and the
+ * allocation is retried. 1 evict the cache; 2 wait for pending frees and release wholly free
+ * segments and idle pages; 3 defragment (the hook the defragmentation layer fills); 4 the
+ * program's callback, with the lock dropped, at most GM_OOM_RETRIES times; 5 fail. */
+static gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size, size_t granted,
+                                   gm_stream stream, gm_block **out)
+{
+    gm_status st = GM_ERR_OUT_OF_MEMORY;
+    pool->oom_ladder[0]++;
+    if (cache_evict_locked(pool, SIZE_MAX) &&
+        (st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
+        return st;
+    pool->oom_ladder[1]++;
+    drain_locked(pool);
+    release_free_memory_locked(pool, 0);
+    if ((st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
+        return st;
+    pool->oom_ladder[2]++;
+    if (pool->defrag_hook && pool->defrag_hook(pool, granted) &&
+        (st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
+        return st;
+    pool->oom_ladder[3]++;
+    for (int retry = 0; retry < GM_OOM_RETRIES && pool->cfg.oom_callback; retry++) {
+        gm_oom_fn fn = pool->cfg.oom_callback;
+        void *user = pool->cfg.oom_user;
+        pthread_mutex_unlock(&pool->lock);
+        int again = fn(user, pool, size, stream);
+        pthread_mutex_lock(&pool->lock);
+        if (!again)
+            break;
+        if (pool->pending)
+            process_pending_locked(pool);
+        cache_evict_locked(pool, SIZE_MAX);
+        if ((st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
+            return st;
+    }
+    pool->oom_ladder[4]++;
+    return GM_ERR_OUT_OF_MEMORY;
+}
+
 gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
 {
     if (!pool || !out)
@@ -836,17 +982,10 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
                                                  granted && granted <= capacity
                                                      ? "the request exceeds the reserve limit"
                                                      : "the request exceeds device capacity"));
-    gm_block *b = NULL;
-    gm_status st = arena_alloc_locked(pool, a, granted, &b);
-    if (st == GM_ERR_OUT_OF_MEMORY) {
-        /* The device or the cap is full: wait for pending frees, release every free segment
-         * and idle page of the pool, and try once more. */
-        sync_streams_locked(pool);
-        if (pool->pending)
-            process_pending_locked(pool);
-        release_free_memory_locked(pool, 0);
-        st = arena_alloc_locked(pool, a, granted, &b);
-    }
+    gm_block *b = cache_take_locked(pool, granted, stream);
+    gm_status st = b ? GM_OK : arena_alloc_locked(pool, a, granted, &b);
+    if (st == GM_ERR_OUT_OF_MEMORY)
+        st = oom_ladder_locked(pool, a, size, granted, stream, &b);
     if (st == GM_ERR_OUT_OF_MEMORY)
         return pool_unlock(pool, fail_oom_locked(pool, size, stream,
                                                  pool->reserved_bytes + granted > pool->limit
@@ -858,6 +997,8 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
                              gm_backend_last_error());
         return pool_unlock(pool, st);
     }
+    b->flags = 0;
+    b->tag = stream;
     b->requested = size;
     if (!map_insert(&pool->live, b)) {
         block_release_locked(pool, b);
@@ -884,7 +1025,7 @@ static gm_status diagnose_bad_free_locked(gm_pool *pool, uintptr_t addr, const c
                 for (gm_block *b = s->first; b; b = b->phys_next) {
                     if (addr < b->addr || addr - b->addr >= b->size)
                         continue;
-                    if (block_is_free(b) || (b->flags & BLOCK_PENDING))
+                    if (b->flags & (BLOCK_FREE | BLOCK_PENDING | BLOCK_CACHED))
                         return pool_fail_locked(pool, GM_ERR_DOUBLE_FREE,
                                                 "%s: %p is not live: it was already freed "
                                                 "(double free)", fn, (void *)addr);
@@ -917,10 +1058,7 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
     note_live(pool, b, false);
     pool->free_count++;
     note_stream_for_sync(pool, stream);
-    if (stream == b->span->arena->heap->stream && !b->extra_count)
-        block_release_locked(pool, b);
-    else
-        free_deferred_locked(pool, b, stream);
+    block_freed_locked(pool, b, stream);
     if (GM_DEBUG >= 3)
         assert(pool_check_locked(pool) == GM_OK);
     pthread_mutex_unlock(&pool->lock);
@@ -936,9 +1074,7 @@ gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream)
     if (!b)
         return pool_unlock(pool, diagnose_bad_free_locked(pool, (uintptr_t)ptr,
                                                           "gm_record_stream"));
-    if (stream == b->span->arena->heap->stream)
-        return pool_unlock(pool, GM_OK);
-    if (stream_listed(b->extra_streams, b->extra_count, stream))
+    if (stream == b->tag || stream_listed(b->extra_streams, b->extra_count, stream))
         return pool_unlock(pool, GM_OK);
     gm_stream *v = realloc(b->extra_streams, (b->extra_count + 1u) * sizeof *v);
     if (!v)
@@ -954,9 +1090,7 @@ gm_status gm_trim(gm_pool *pool, size_t keep_bytes)
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_trim", "pool is NULL");
     pthread_mutex_lock(&pool->lock);
-    sync_streams_locked(pool);
-    if (pool->pending)
-        process_pending_locked(pool);
+    drain_locked(pool);
     release_free_memory_locked(pool, keep_bytes);
     if (keep_bytes == 0) /* also give back virtual ranges that hold nothing */
         for (size_t h = 0; h < pool->heap_count; h++)

@@ -24,20 +24,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t device_clock(gm_pool *pool)
+void device_call_begin(gm_pool *pool)
 {
-    return pool->backend->ops->clock_ns(pool->backend);
+    pool->call_t0 = pool->backend->ops->clock_ns(pool->backend);
 }
 
-gm_status seg_call_locked(gm_pool *pool, gm_call kind, gm_status st, uint64_t t0)
+gm_status device_call_end(gm_pool *pool, gm_call kind, gm_status st)
 {
     pool->device_calls[kind]++;
-    pool->device_time_ns += device_clock(pool) - t0;
+    pool->device_time_ns += pool->backend->ops->clock_ns(pool->backend) - pool->call_t0;
     return st;
 }
-
-#define DEVICE_CALL(pool, kind, expr)                                                           \
-    seg_call_locked((pool), (kind), (expr), device_clock(pool))
 
 void sync_streams_locked(gm_pool *pool)
 {

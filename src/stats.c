@@ -70,7 +70,7 @@ void free_summary_locked(gm_pool *pool, free_summary *out)
             const gm_arena *a = &pool->heaps[h].arenas[k];
             for (const gm_span *s = a->spans; s; s = s->next)
                 for (const gm_block *b = s->first; b; b = b->phys_next) {
-                    if (!block_is_free(b))
+                    if (!(b->flags & (BLOCK_FREE | BLOCK_CACHED)))
                         continue;
                     if (s->vmm)
                         add_mapped_runs(out, a, b->addr, b->addr + b->size);
@@ -103,6 +103,9 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
     out->largest_free_bytes = fs.largest;
     out->frag_rate = fs.total ? 1.0 - (double)fs.largest / (double)fs.total : 0.0;
     memcpy(out->free_histogram, fs.histogram, sizeof out->free_histogram);
+    cache_stats_locked(pool, out);
+    out->cross_stream_reuses = pool->cross_stream_reuses;
+    memcpy(out->oom_ladder, pool->oom_ladder, sizeof out->oom_ladder);
 }
 
 gm_status gm_pool_stats(gm_pool *pool, gm_stats *out)
@@ -147,7 +150,10 @@ static void json_put(json_out *j, const char *fmt, ...)
 
 static const char *block_state(const gm_block *b)
 {
-    return block_is_free(b) ? "free" : (b->flags & BLOCK_PENDING) ? "pending" : "live";
+    return block_is_free(b)                ? "free"
+           : (b->flags & BLOCK_CACHED)     ? "cached"
+           : (b->flags & BLOCK_PENDING)    ? "pending"
+                                           : "live";
 }
 
 static size_t span_mapped_bytes(const gm_span *s)
@@ -221,7 +227,7 @@ gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
 #define CORRUPT(...) (pool_fail_locked(pool, GM_ERR_CORRUPT, "gm_pool_check: " __VA_ARGS__))
 
 typedef struct recount {
-    size_t live, allocated, live_blocks, pending, pending_bytes, free_blocks, reserved;
+    size_t live, allocated, live_blocks, pending, pending_bytes, free_blocks, reserved, cached;
 } recount;
 
 static gm_status check_span(gm_pool *pool, const gm_span *s, uint32_t *users, recount *rc)
@@ -240,7 +246,9 @@ static gm_status check_span(gm_pool *pool, const gm_span *s, uint32_t *users, re
             continue;
         }
         in_use++;
-        if (b->flags & BLOCK_PENDING) {
+        if (b->flags & BLOCK_CACHED) {
+            rc->cached++;
+        } else if (b->flags & BLOCK_PENDING) {
             rc->pending++;
             rc->pending_bytes += b->size;
         } else {
@@ -341,6 +349,12 @@ gm_status pool_check_locked(gm_pool *pool)
                 return st;
             segments += a->span_count;
         }
+    char why[256];
+    size_t cached = 0;
+    if (cache_check_locked(pool, &cached, why, sizeof why) != GM_OK)
+        return CORRUPT("%s", why);
+    if (cached != rc.cached)
+        return CORRUPT("%zu blocks cached, %zu flagged cached in spans", cached, rc.cached);
     size_t pending = 0;
     for (const gm_block *b = pool->pending; b; b = b->free_next)
         if (!(b->flags & BLOCK_PENDING) || ++pending > rc.pending)

@@ -36,7 +36,9 @@ static gm_pool *pool_new(gm_backend *be, const gm_config *cfg)
 static void test_alloc_free_basics(void)
 {
     gm_backend *be = sim_new(0, 0);
-    gm_pool *p = pool_new(be, NULL);
+    gm_config nocache = {0};
+    nocache.cache_disable = 1; /* freed blocks coalesce at once */
+    gm_pool *p = pool_new(be, &nocache);
     void *a = NULL, *b = NULL, *c = NULL;
     CHECK_OK(gm_alloc(p, 1, NULL, &a));
     CHECK_OK(gm_alloc(p, 1000, NULL, &b));
@@ -383,6 +385,7 @@ static void test_vmm_pages(void)
     gm_config cfg = {0};
     cfg.segments = GM_SEGMENTS_VMM;
     cfg.vmm_reserve_bytes = 256 * MiB;
+    cfg.cache_disable = 1; /* a freed block drops its pages at once */
     gm_pool *p = pool_new(be, &cfg);
     void *a, *b, *c;
     CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &a)); /* pages 0-1 */

@@ -8,13 +8,17 @@
  * GM_TEST_SCALE x 1,000,000 in all (CI), seed from GM_TEST_SEED. Several streams are used;
  * frees on a foreign stream and gm_record_stream exercise the pending path, with simulated
  * kernels that complete when the test says so.
+ *
+ * The stream contract is checked against the model: every free leaves obligations (each stream
+ * that used the block, with the number of kernels queued on it at the free); a new block on
+ * stream T may overlap a freed range only if every obligation of another stream has completed.
  */
 #include "check.h"
 #include "conformance.h"
 
 #include <stdbool.h>
 
-enum { MAX_LIVE = 192, STREAMS = 3 };
+enum { MAX_LIVE = 192, STREAMS = 3, MAX_OBLIGATIONS = 4096 };
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
 
 typedef struct live_block {
@@ -22,7 +26,68 @@ typedef struct live_block {
     size_t size;
     unsigned char fill;
     int stream;
+    int recorded; /* a stream added with gm_record_stream, or -1 */
 } live_block;
+
+/* Freed memory that stream `stream` may still touch until `ticket` kernels have completed. */
+typedef struct obligation {
+    unsigned char *ptr;
+    size_t size;
+    int stream;
+    uint64_t ticket;
+} obligation;
+
+static obligation obligations[MAX_OBLIGATIONS];
+static size_t obligation_count;
+static uint64_t launched[STREAMS], completed[STREAMS]; /* the sim's counts, as last read */
+static gm_backend *progress_backend;
+static gm_stream progress_streams[STREAMS];
+
+/* Read every stream's queued and completed item counts from the sim. */
+static void observe_streams(void)
+{
+    for (int s = 0; s < STREAMS; s++)
+        REQUIRE_OK(gm_sim_stream_progress(progress_backend, progress_streams[s], &launched[s],
+                                          &completed[s]));
+}
+
+static void oblige(const live_block *b, int s)
+{
+    observe_streams();
+    if (launched[s] == completed[s])
+        return; /* nothing queued: no kernel can touch it */
+    if (obligation_count == MAX_OBLIGATIONS) { /* keep the newest; the oldest are done soonest */
+        memmove(obligations, obligations + 1, (MAX_OBLIGATIONS - 1) * sizeof *obligations);
+        obligation_count--;
+    }
+    obligations[obligation_count++] = (obligation){b->ptr, b->size, s, launched[s]};
+}
+
+static void prune_obligations(void)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < obligation_count; i++)
+        if (completed[obligations[i].stream] < obligations[i].ticket)
+            obligations[n++] = obligations[i];
+    obligation_count = n;
+}
+
+/* A block handed to stream s must not overlap memory another stream may still use. */
+static bool reused_early(const unsigned char *p, size_t size, int s)
+{
+    for (size_t i = 0; i < obligation_count; i++) {
+        const obligation *o = &obligations[i];
+        if (o->stream != s && completed[o->stream] < o->ticket && p < o->ptr + o->size &&
+            o->ptr < p + size) {
+            fprintf(stderr, "    block %p+%zu on stream %d overlaps %p+%zu that stream %d may "
+                            "use until %llu kernels complete (%llu have)\n",
+                    (const void *)p, size, s, (const void *)o->ptr, o->size, o->stream,
+                    (unsigned long long)o->ticket, (unsigned long long)completed[o->stream]);
+            return true;
+        }
+    }
+    return false;
+}
 
 typedef struct model {
     live_block live[MAX_LIVE];
@@ -87,8 +152,15 @@ static void do_alloc(run_ctx *c, model *m)
         return;
     CHECK_EQ_U((uintptr_t)p % GM_ALIGNMENT, 0);
     CHECK(!overlaps_any(m, p, size));
+    observe_streams(); /* the pool may have synchronized streams (trim, the OOM ladder) */
+    prune_obligations();
+    CHECK(!reused_early(p, size, s));
     live_block *b = &m->live[m->count++];
-    *b = (live_block){p, size, (unsigned char)(check_rand(&c->rng) | 1u), s};
+    *b = (live_block){p, size, (unsigned char)(check_rand(&c->rng) | 1u), s, -1};
+
+    if (check_rand(&c->rng) % 4 == 0) { /* a kernel on its stream uses it */
+        CHECK_OK(gm_sim_launch(c->be, c->streams[s]));
+    }
     m->bytes += size;
     if (c->host) {
         unsigned char *h = host_of(c->be, p);
@@ -112,10 +184,13 @@ static void do_free(run_ctx *c, model *m)
         int other = (b.stream + 1) % STREAMS;
         CHECK_OK(gm_record_stream(c->pool, b.ptr, c->streams[other]));
         CHECK_OK(gm_sim_launch(c->be, c->streams[other]));
+        oblige(&b, other);
     } else if (r == 1) { /* freed on a foreign stream */
         fs = (b.stream + 2) % STREAMS;
         CHECK_OK(gm_sim_launch(c->be, c->streams[fs]));
     }
+    oblige(&b, b.stream);
+    oblige(&b, fs);
     CHECK_OK(gm_free(c->pool, b.ptr, c->streams[fs]));
     m->live[i] = m->live[--m->count];
     m->bytes -= b.size;
@@ -153,11 +228,15 @@ static void run_one(const conf_case *cc, uint64_t seed, size_t ops, bool host)
 
     static model m;
     m.count = m.bytes = 0;
+    obligation_count = 0;
+    progress_backend = c.be;
+    memcpy(progress_streams, c.streams, sizeof progress_streams);
     for (size_t op = 0; op < ops && check_failed_ == failed_before; op++) {
         uint64_t r = check_rand(&c.rng) % 1000;
-        if (r < 8) /* complete every stream's queued kernels */
-            for (int s = 0; s < STREAMS; s++)
-                CHECK_OK(gm_sim_stream_complete(c.be, c.streams[s]));
+        if (r < 8) { /* complete one stream's queued kernels */
+            int s = (int)(check_rand(&c.rng) % STREAMS);
+            CHECK_OK(gm_sim_stream_complete(c.be, c.streams[s]));
+        }
         else if (r < 9)
             CHECK_OK(gm_trim(c.pool, (size_t)(check_rand(&c.rng) % (256 * MiB))));
         else if (m.count && (m.count == MAX_LIVE || r < 480))

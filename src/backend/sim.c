@@ -1304,6 +1304,26 @@ gm_status gm_sim_launch(gm_backend *backend, gm_stream stream)
     return ok ? GM_OK : bad_stream_error("gm_sim_launch", stream);
 }
 
+gm_status gm_sim_stream_progress(gm_backend *backend, gm_stream stream, uint64_t *queued,
+                                 uint64_t *completed)
+{
+    gm_status st;
+    sim *s = sim_control(backend, "gm_sim_stream_progress", &st);
+    if (!s)
+        return st;
+    if (!queued || !completed)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_sim_stream_progress: NULL out");
+    uint32_t si = 0;
+    sim_lock(s);
+    bool ok = stream_index_locked(s, stream, &si);
+    if (ok) {
+        *queued = s->streams[si].launched;
+        *completed = s->streams[si].completed;
+    }
+    sim_unlock(s);
+    return ok ? GM_OK : bad_stream_error("gm_sim_stream_progress", stream);
+}
+
 gm_status gm_sim_stream_complete(gm_backend *backend, gm_stream stream)
 {
     gm_status st;
