@@ -130,7 +130,7 @@ typedef struct cache_bucket {
 typedef struct gm_cache {
     cache_bucket buckets[GM_CACHE_BUCKETS];
     size_t bytes, blocks, cap, small_max, large_min;
-    double ratio;
+    double ratio, live_ratio;
     bool enabled;
 } gm_cache;
 
@@ -203,6 +203,7 @@ void cache_init(gm_cache *c, const gm_config *cfg, size_t capacity);
 bool cache_put_locked(gm_pool *pool, gm_block *b); /* false: not cached (disabled, too big) */
 gm_block *cache_take_locked(gm_pool *pool, size_t granted, gm_stream s);
 size_t cache_evict_locked(gm_pool *pool, size_t bytes);
+bool cache_evict_one_locked(gm_pool *pool); /* false: the cache is empty */
 void cache_stats_locked(const gm_pool *pool, gm_stats *out);
 gm_status cache_check_locked(const gm_pool *pool, size_t *blocks, char *why, size_t len);
 

@@ -265,6 +265,8 @@ static gm_status resolve_config(const gm_backend *be, const gm_config *in, gm_co
         c->cache_approx_ratio = 0.125;
     if (c->cache_cap_fraction == 0.0)
         c->cache_cap_fraction = 0.20;
+    if (c->cache_cap_live_ratio == 0.0)
+        c->cache_cap_live_ratio = 0.02;
     for (int k = 0; k < GM_CACHE_BUCKETS; k++) {
         if (c->cache_match[k] == GM_MATCH_DEFAULT)
             c->cache_match[k] = k == GM_CACHE_SMALL ? GM_MATCH_EXACT : GM_MATCH_APPROX;
@@ -297,6 +299,8 @@ static gm_status resolve_config(const gm_backend *be, const gm_config *in, gm_co
         bad = "cache_approx_ratio must be in (0, 1]";
     else if (!(c->cache_cap_fraction > 0.0 && c->cache_cap_fraction <= 1.0))
         bad = "cache_cap_fraction must be in (0, 1]";
+    else if (!(c->cache_cap_live_ratio > 0.0))
+        bad = "cache_cap_live_ratio must be > 0";
     else if ((unsigned)c->cache_match[0] >= GM_MATCH_COUNT ||
              (unsigned)c->cache_match[1] >= GM_MATCH_COUNT ||
              (unsigned)c->cache_match[2] >= GM_MATCH_COUNT)
@@ -519,6 +523,8 @@ static gm_status arena_alloc_locked(gm_pool *pool, gm_arena *a, size_t granted, 
             return st;
     }
     gm_block *b = a->ops->take(pool, a, granted);
+    while (!b && cache_evict_one_locked(pool)) /* cached blocks coalesce before we grow */
+        b = a->ops->take(pool, a, granted);
     if (!b && !vmm) {
         gm_status st = grow_plain_locked(pool, a, granted);
         if (st != GM_OK)

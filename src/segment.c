@@ -255,8 +255,12 @@ static gm_status phys_create(gm_pool *pool, gm_phys *out)
 static gm_status page_phys_obtain(gm_pool *pool, gm_arena *a, gm_phys *out)
 {
     bool recycle_first = pool->cfg.release != GM_RELEASE_ON_OOM;
-    if (recycle_first && (*out = recycle_idle_page(pool, a)) != 0)
-        return GM_OK;
+    while (recycle_first) { /* cached blocks give up their pages before the pool grows */
+        if ((*out = recycle_idle_page(pool, a)) != 0)
+            return GM_OK;
+        if (!cache_evict_one_locked(pool))
+            break;
+    }
     gm_status st = phys_create(pool, out);
     if (st == GM_ERR_OUT_OF_MEMORY && !recycle_first && (*out = recycle_idle_page(pool, a)) != 0)
         return GM_OK;

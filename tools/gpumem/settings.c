@@ -18,10 +18,13 @@ typedef enum setting_type {
     SET_SIZE,     /* size_t bytes */
     SET_UNSIGNED, /* unsigned */
     SET_FRACTION, /* double in [0, 1] */
+    SET_RATIO,    /* double > 0 */
     SET_BOOL,     /* int, 0 or 1 */
     SET_STRATEGY, /* gm_strategy */
     SET_SEGMENTS, /* gm_segments */
     SET_RELEASE,  /* gm_release */
+    SET_MATCH,    /* gm_match */
+    SET_EVICT,    /* gm_evict */
 } setting_type;
 
 typedef struct setting {
@@ -64,6 +67,36 @@ static const setting settings[] = {
      "large segments are rounded up to this"},
     {"vmm_reserve", SET_SIZE, POOL(vmm_reserve_bytes), "device capacity",
      "virtual range reserved per VMM arena"},
+    {"cache_disable", SET_BOOL, POOL(cache_disable), "false",
+     "freed blocks go straight back to the strategy (no cache)"},
+    {"cache_small_max", SET_SIZE, POOL(cache_small_max), "1MiB",
+     "cached blocks below this are in the small bucket"},
+    {"cache_large_min", SET_SIZE, POOL(cache_large_min), "16MiB",
+     "cached blocks above this are in the large bucket"},
+    {"cache_match.small", SET_MATCH, POOL(cache_match[GM_CACHE_SMALL]), "exact",
+     "how the small bucket matches: exact, approx, best"},
+    {"cache_match.medium", SET_MATCH, POOL(cache_match[GM_CACHE_MEDIUM]), "approx",
+     "how the medium bucket matches"},
+    {"cache_match.large", SET_MATCH, POOL(cache_match[GM_CACHE_LARGE]), "approx",
+     "how the large bucket matches"},
+    {"cache_approx_ratio", SET_FRACTION, POOL(cache_approx_ratio), "0.125",
+     "approx matches a cached block up to (1 + ratio) x the request"},
+    {"cache_evict.small", SET_EVICT, POOL(cache_evict[GM_CACHE_SMALL]), "lru",
+     "eviction order of the small bucket: lru, fifo"},
+    {"cache_evict.medium", SET_EVICT, POOL(cache_evict[GM_CACHE_MEDIUM]), "lru",
+     "eviction order of the medium bucket"},
+    {"cache_evict.large", SET_EVICT, POOL(cache_evict[GM_CACHE_LARGE]), "lru",
+     "eviction order of the large bucket"},
+    {"cache_cap_fraction", SET_FRACTION, POOL(cache_cap_fraction), "0.2",
+     "cap on cached bytes, as a fraction of device capacity"},
+    {"cache_cap", SET_SIZE, POOL(cache_cap_bytes), "0 (use the fraction)",
+     "cap on cached bytes, absolute"},
+    {"cache_cap_live_ratio", SET_RATIO, POOL(cache_cap_live_ratio), "0.02",
+     "cached bytes stay below this x the bytes of live blocks (floor 32 MiB)"},
+    {"thread_cache_blocks", SET_UNSIGNED, POOL(thread_cache_blocks), "32",
+     "blocks each thread keeps for the lock-free fast path (4294967295 = off)"},
+    {"stream_wait", SET_BOOL, POOL(stream_wait), "false",
+     "hand cached blocks to another stream at once, making it wait for the event"},
     {"sim.capacity", SET_SIZE, SIM(capacity), "141GiB", "simulated device memory"},
     {"sim.granularity", SET_SIZE, SIM(vmm_granularity), "2MiB",
      "simulated VMM page size (a power of two)"},
@@ -148,6 +181,8 @@ static void list_names(char *buf, size_t n, const char *(*name)(unsigned), unsig
 static const char *strategy_name(unsigned i) { return gm_strategy_str((gm_strategy)i); }
 static const char *segments_name(unsigned i) { return gm_segments_str((gm_segments)i); }
 static const char *release_name(unsigned i) { return gm_release_str((gm_release)i); }
+static const char *match_name(unsigned i) { return gm_match_str((gm_match)i); }
+static const char *evict_name(unsigned i) { return gm_evict_str((gm_evict)i); }
 
 /* Parse one value into its field; on failure describe what was expected. */
 static int set_value(cli_settings *s, const setting *d, const char *v, char *want, size_t n)
@@ -176,6 +211,15 @@ static int set_value(cli_settings *s, const setting *d, const char *v, char *wan
         *(double *)f = x;
         return 0;
     }
+    case SET_RATIO: {
+        char *end;
+        double x = strtod(v, &end);
+        snprintf(want, n, "a number above 0");
+        if (end == v || *end || !(x > 0))
+            return -1;
+        *(double *)f = x;
+        return 0;
+    }
     case SET_BOOL:
         snprintf(want, n, "true or false (1/0, yes/no, on/off)");
         return parse_bool(v, f);
@@ -190,6 +234,14 @@ static int set_value(cli_settings *s, const setting *d, const char *v, char *wan
     case SET_RELEASE:
         list_names(want, n, release_name, GM_RELEASE_COUNT);
         st = gm_release_parse(v, f);
+        break;
+    case SET_MATCH:
+        list_names(want, n, match_name, GM_MATCH_COUNT);
+        st = gm_match_parse(v, f);
+        break;
+    case SET_EVICT:
+        list_names(want, n, evict_name, GM_EVICT_COUNT);
+        st = gm_evict_parse(v, f);
         break;
     }
     return st == GM_OK ? 0 : -1;
@@ -276,6 +328,7 @@ static void value_of(size_t i, const cli_settings *s, char *buf, size_t n, int j
         snprintf(buf, n, "%u", *(const unsigned *)f);
         break;
     case SET_FRACTION:
+    case SET_RATIO:
         snprintf(buf, n, "%.17g", *(const double *)f);
         break;
     case SET_BOOL:
@@ -289,6 +342,12 @@ static void value_of(size_t i, const cli_settings *s, char *buf, size_t n, int j
         break;
     case SET_RELEASE:
         snprintf(buf, n, "%s%s%s", q, gm_release_str(*(const gm_release *)f), q);
+        break;
+    case SET_MATCH:
+        snprintf(buf, n, "%s%s%s", q, gm_match_str(*(const gm_match *)f), q);
+        break;
+    case SET_EVICT:
+        snprintf(buf, n, "%s%s%s", q, gm_evict_str(*(const gm_evict *)f), q);
         break;
     }
 }
