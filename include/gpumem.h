@@ -185,8 +185,17 @@ GM_API gm_status gm_sim_advance_clock(gm_backend *backend, uint64_t ns);
  * Pool configuration
  * ------------------------------------------------------------------------------------------- */
 typedef enum gm_strategy {
-    GM_STRATEGY_DEFAULT = 0, /* currently tlsf */
+    GM_STRATEGY_DEFAULT = 0, /* currently tlsf (docs/strategies.md says why) */
     GM_STRATEGY_TLSF,        /* two-level segregated best fit with split and coalesce */
+    GM_STRATEGY_BUDDY,       /* power-of-two buddy system: split on alloc, merge with the buddy
+                                on free; O(log n); sizes round up to a power of two */
+    GM_STRATEGY_SLAB,        /* size classes (fine below small_request_max, geometric above);
+                                slabs of equal objects carved from segments; empty slabs go
+                                back to their segment */
+    GM_STRATEGY_FIXED,       /* equal blocks of fixed_block_bytes, O(1); larger requests go to
+                                tlsf or fail (fixed_oversize_fail) */
+    GM_STRATEGY_AUTO,        /* requests <= small_request_max: slab; larger: tlsf (which gives
+                                requests >= large_request_min their own segment) */
     GM_STRATEGY_COUNT
 } gm_strategy;
 
@@ -292,6 +301,13 @@ typedef struct gm_config {
 
     gm_oom_fn oom_callback; /* NULL = none; see gm_oom_fn */
     void *oom_user;
+
+    /* GM_STRATEGY_FIXED (ignored by the other strategies). */
+    size_t fixed_block_bytes;      /* size of every block; 0 = 1 MiB; a multiple of 512 */
+    unsigned fixed_reserve_blocks; /* blocks per fixed segment, reserved ahead at the first
+                                      request and whenever the blocks run out; 0 = 16 */
+    int fixed_oversize_fail;       /* zero: requests > fixed_block_bytes go to tlsf; nonzero:
+                                      they fail with GM_ERR_OUT_OF_MEMORY and say why */
 
     gm_error_fn error_callback; /* NULL = none */
     void *error_user;

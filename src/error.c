@@ -34,6 +34,8 @@ const char *gm_version(void)
 
 static const char *const strategy_names[GM_STRATEGY_COUNT] = {
     [GM_STRATEGY_DEFAULT] = "default", [GM_STRATEGY_TLSF] = "tlsf",
+    [GM_STRATEGY_BUDDY] = "buddy",     [GM_STRATEGY_SLAB] = "slab",
+    [GM_STRATEGY_FIXED] = "fixed",     [GM_STRATEGY_AUTO] = "auto",
 };
 static const char *const segments_names[GM_SEGMENTS_COUNT] = {
     [GM_SEGMENTS_DEFAULT] = "default", [GM_SEGMENTS_PLAIN] = "plain", [GM_SEGMENTS_VMM] = "vmm",

@@ -275,6 +275,10 @@ static gm_status resolve_config(const gm_backend *be, const gm_config *in, gm_co
     }
     if (!c->thread_cache_blocks)
         c->thread_cache_blocks = 32;
+    if (!c->fixed_block_bytes)
+        c->fixed_block_bytes = 1 * MIB;
+    if (!c->fixed_reserve_blocks)
+        c->fixed_reserve_blocks = 16;
 
     const char *bad = NULL;
     if ((unsigned)c->strategy >= GM_STRATEGY_COUNT)
@@ -312,6 +316,10 @@ static gm_status resolve_config(const gm_backend *be, const gm_config *in, gm_co
     else if (c->roundup_power2_divisions > 64 || (c->roundup_power2_divisions &&
                                                   !is_pow2(c->roundup_power2_divisions)))
         bad = "roundup_power2_divisions must be 0 or a power of two <= 64";
+    else if (c->fixed_block_bytes % GM_ALIGNMENT || c->fixed_block_bytes > SIZE_MAX / 4 /
+                                                          c->fixed_reserve_blocks)
+        bad = "fixed_block_bytes must be a multiple of 512, and fixed_block_bytes x "
+              "fixed_reserve_blocks must fit in a size";
     if (bad) {
         snprintf(why, why_len, "gm_pool_create: invalid config: %s", bad);
         return GM_ERR_INVALID_ARGUMENT;

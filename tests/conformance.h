@@ -18,10 +18,15 @@ typedef struct conf_case {
      {.strategy = GM_STRATEGY_##strategy_, .segments = GM_SEGMENTS_##segments_,                 \
       .release = GM_RELEASE_##release_}}
 
+#define CONF_STRATEGY(strategy_)                                                                \
+    CONF_CASE(strategy_, PLAIN, BEFORE_GROW), CONF_CASE(strategy_, PLAIN, ON_OOM),              \
+        CONF_CASE(strategy_, PLAIN, EAGER), CONF_CASE(strategy_, VMM, BEFORE_GROW),             \
+        CONF_CASE(strategy_, VMM, ON_OOM), CONF_CASE(strategy_, VMM, EAGER)
+
+/* test_random splits its GM_TEST_SCALE x 1M operations over these rows. */
 static const conf_case conf_cases[] = {
-    CONF_CASE(TLSF, PLAIN, BEFORE_GROW), CONF_CASE(TLSF, PLAIN, ON_OOM),
-    CONF_CASE(TLSF, PLAIN, EAGER),       CONF_CASE(TLSF, VMM, BEFORE_GROW),
-    CONF_CASE(TLSF, VMM, ON_OOM),        CONF_CASE(TLSF, VMM, EAGER),
+    CONF_STRATEGY(TLSF), CONF_STRATEGY(BUDDY), CONF_STRATEGY(SLAB),
+    CONF_STRATEGY(FIXED), CONF_STRATEGY(AUTO),
 };
 
 static inline size_t conf_case_count(void)

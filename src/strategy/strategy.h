@@ -38,7 +38,10 @@ struct strategy_ops {
                        size_t why_len);
 };
 
-extern const strategy_ops tlsf_strategy;
+extern const strategy_ops tlsf_strategy;  /* tlsf.c */
+extern const strategy_ops buddy_strategy; /* buddy.c */
+extern const strategy_ops slab_strategy;  /* slab.c */
+extern const strategy_ops fixed_strategy; /* fixed.c */
 
 /* The strategy that serves arena `arena_kind` for config value `s` (strategy.c). */
 const strategy_ops *strategy_of(gm_strategy s, int arena_kind);

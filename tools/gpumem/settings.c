@@ -40,7 +40,7 @@ typedef struct setting {
 
 static const setting settings[] = {
     {"strategy", SET_STRATEGY, POOL(strategy), "default (tlsf)",
-     "block placement strategy (also --strategy)"},
+     "block placement strategy: tlsf, buddy, slab, fixed, auto (also --strategy)"},
     {"segments", SET_SEGMENTS, POOL(segments), "default (plain)",
      "plain: one device allocation per segment; vmm: mapped pages (also --segments)"},
     {"release", SET_RELEASE, POOL(release), "default (before_grow)",
@@ -97,6 +97,12 @@ static const setting settings[] = {
      "blocks each thread keeps for the lock-free fast path (4294967295 = off)"},
     {"stream_wait", SET_BOOL, POOL(stream_wait), "false",
      "hand cached blocks to another stream at once, making it wait for the event"},
+    {"fixed_block", SET_SIZE, POOL(fixed_block_bytes), "1MiB",
+     "strategy fixed: size of every block; a multiple of 512"},
+    {"fixed_reserve_blocks", SET_UNSIGNED, POOL(fixed_reserve_blocks), "16",
+     "strategy fixed: blocks per segment, reserved ahead"},
+    {"fixed_oversize_fail", SET_BOOL, POOL(fixed_oversize_fail), "false",
+     "strategy fixed: refuse requests > fixed_block instead of using tlsf"},
     {"sim.capacity", SET_SIZE, SIM(capacity), "141GiB", "simulated device memory"},
     {"sim.granularity", SET_SIZE, SIM(vmm_granularity), "2MiB",
      "simulated VMM page size (a power of two)"},

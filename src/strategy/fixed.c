@@ -1,0 +1,192 @@
+/*
+ * Fixed-size block pool: every block of the arena is fixed_block_bytes, for inference, where
+ * tensor sizes do not change. strategy_route sends larger requests to the tlsf arena, or refuses
+ * them when fixed_oversize_fail is set.
+ *
+ * Algorithm. A new span (fixed_reserve_blocks blocks, reserved ahead at the first request and
+ * whenever the blocks run out) is one free "uncarved" block. take pops the free list (LIFO:
+ * the block freed last is warm in the device caches); if it is empty it carves one block off the
+ * front of an uncarved block. give pushes the block on the free list: blocks never merge, so
+ * both are O(1) and make no device call. A wholly free span may be released by the pool's
+ * policy; remove_span then unfiles its blocks and joins them into one record.
+ *
+ *   span: [blk][blk][blk][blk][ uncarved ............................ ][slack]
+ *          live free live free  size > block, carved front to back      < block
+ *
+ * Invariants (fixed_check_arena): every block of a span is one of: a block of exactly
+ * fixed_block_bytes (live, pending, or on the free list); the span's last block, free, larger
+ * than a block (on the uncarved list) or smaller (on the slack list: a segment that is not a
+ * multiple of the block size, never used). List counts match the blocks found.
+ *
+ * Bounds: take, give O(1); remove_span O(blocks of the span). Internal fragmentation is the
+ * block size minus the request, visible in the stats as allocated - live.
+ */
+#include "strategy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+enum { FIXED_LISTS = 3 };
+enum { LIST_FREE = 0, LIST_UNCARVED = 1, LIST_SLACK = 2 };
+static const char *const list_names[FIXED_LISTS] = {"free", "uncarved", "slack"};
+
+typedef struct fixed {
+    size_t block;
+    gm_block *heads[FIXED_LISTS];
+    size_t counts[FIXED_LISTS];
+} fixed;
+
+static int list_of(const fixed *f, const gm_block *b)
+{
+    return b->size == f->block ? LIST_FREE : b->size > f->block ? LIST_UNCARVED : LIST_SLACK;
+}
+
+static void list_push(fixed *f, gm_block *b)
+{
+    int k = list_of(f, b);
+    b->free_prev = NULL;
+    b->free_next = f->heads[k];
+    if (f->heads[k])
+        f->heads[k]->free_prev = b;
+    f->heads[k] = b;
+    f->counts[k]++;
+}
+
+static void list_remove(fixed *f, gm_block *b)
+{
+    int k = list_of(f, b);
+    if (b->free_prev)
+        b->free_prev->free_next = b->free_next;
+    else
+        f->heads[k] = b->free_next;
+    if (b->free_next)
+        b->free_next->free_prev = b->free_prev;
+    b->free_prev = b->free_next = NULL;
+    f->counts[k]--;
+}
+
+static gm_status fixed_init(gm_pool *pool, gm_arena *a)
+{
+    fixed *f = calloc(1, sizeof *f);
+    if (!f)
+        return GM_ERR_HOST_MEMORY;
+    f->block = pool->cfg.fixed_block_bytes;
+    a->state = f;
+    return GM_OK;
+}
+
+static void fixed_fini(gm_pool *pool, gm_arena *a)
+{
+    (void)pool;
+    free(a->state);
+    a->state = NULL;
+}
+
+static size_t fixed_grant(const gm_pool *pool, const gm_arena *a, size_t size)
+{
+    (void)a;
+    return size <= pool->cfg.fixed_block_bytes ? pool->cfg.fixed_block_bytes : 0;
+}
+
+/* fixed_reserve_blocks blocks; resolve_config keeps the product in range. */
+static size_t fixed_segment_size(const gm_pool *pool, const gm_arena *a, size_t granted)
+{
+    (void)a;
+    return granted * pool->cfg.fixed_reserve_blocks;
+}
+
+static void fixed_add_span(gm_pool *pool, gm_arena *a, gm_span *s)
+{
+    (void)pool;
+    list_push(a->state, s->first);
+}
+
+static void fixed_remove_span(gm_pool *pool, gm_arena *a, gm_span *s)
+{
+    fixed *f = a->state;
+    for (gm_block *b = s->first; b; b = b->phys_next)
+        list_remove(f, b);
+    while (s->first->phys_next)
+        block_merge_next_locked(pool, s->first);
+}
+
+static gm_block *fixed_take(gm_pool *pool, gm_arena *a, size_t granted)
+{
+    fixed *f = a->state;
+    (void)granted;
+    gm_block *b = f->heads[LIST_FREE];
+    if (b) {
+        list_remove(f, b);
+        return b;
+    }
+    b = f->heads[LIST_UNCARVED];
+    if (!b)
+        return NULL;
+    list_remove(f, b);
+    gm_block *rest = block_split_locked(pool, b, f->block);
+    if (!rest) {
+        list_push(f, b);
+        return NULL;
+    }
+    list_push(f, rest);
+    return b;
+}
+
+static void fixed_give(gm_pool *pool, gm_arena *a, gm_block *b)
+{
+    (void)pool;
+    list_push(a->state, b);
+}
+
+static gm_status fixed_check_arena(gm_pool *pool, const gm_arena *a, size_t *free_blocks,
+                                   char *why, size_t why_len)
+{
+    (void)pool;
+    const fixed *f = a->state;
+    size_t found[FIXED_LISTS] = {0};
+    for (const gm_span *s = a->spans; s; s = s->next)
+        for (const gm_block *b = s->first; b; b = b->phys_next) {
+            int k = list_of(f, b);
+            bool ok = k == LIST_FREE || (block_is_free(b) && !b->phys_next);
+            if (!ok) {
+                snprintf(why, why_len, "fixed: block 0x%zx of %zu bytes (block size %zu) is "
+                         "neither a block nor its span's free end", (size_t)b->addr, b->size,
+                         f->block);
+                return GM_ERR_CORRUPT;
+            }
+            if (block_is_free(b))
+                found[k]++;
+        }
+    size_t total = 0;
+    for (int k = 0; k < FIXED_LISTS; k++) {
+        size_t listed = 0;
+        for (const gm_block *b = f->heads[k]; b; b = b->free_next, listed++)
+            if (!block_is_free(b) || list_of(f, b) != k || b->span->arena != a ||
+                (b->free_next && b->free_next->free_prev != b)) {
+                snprintf(why, why_len, "fixed: block 0x%zx misfiled on the %s list",
+                         (size_t)b->addr, list_names[k]);
+                return GM_ERR_CORRUPT;
+            }
+        if (listed != f->counts[k] || listed != found[k]) {
+            snprintf(why, why_len, "fixed: %s list holds %zu blocks, counts %zu, spans have %zu",
+                     list_names[k], listed, f->counts[k], found[k]);
+            return GM_ERR_CORRUPT;
+        }
+        total += listed;
+    }
+    *free_blocks = total;
+    return GM_OK;
+}
+
+const strategy_ops fixed_strategy = {
+    .name = "fixed",
+    .init = fixed_init,
+    .fini = fixed_fini,
+    .grant = fixed_grant,
+    .segment_size = fixed_segment_size,
+    .add_span = fixed_add_span,
+    .remove_span = fixed_remove_span,
+    .take = fixed_take,
+    .give = fixed_give,
+    .check = fixed_check_arena,
+};
