@@ -4,6 +4,7 @@
  *   slab:  size classes, empty slabs going back to their segment, memory reused across classes;
  *   fixed: one block size, segments reserved ahead, O(1) reuse, oversize fallback or refusal;
  *   auto:  small requests to slab, large ones to tlsf; names and config defaults.
+ * The cache of freed blocks is turned off, so frees reach the strategy at once.
  */
 #include "check.h"
 
@@ -16,9 +17,11 @@ static gm_backend *sim_new(void)
     return be;
 }
 
+/* The cache is off: these tests watch the strategy itself take and give blocks. */
 static gm_pool *pool_new(gm_backend *be, gm_config cfg)
 {
     gm_pool *p = NULL;
+    cfg.cache_disable = 1;
     REQUIRE_OK(gm_pool_create(be, &cfg, &p));
     return p;
 }
