@@ -279,7 +279,8 @@ typedef struct gm_config {
     size_t vmm_reserve_bytes; /* virtual range reserved per arena; 0 = device capacity */
 
     /* Cache of freed blocks (docs/cache.md). */
-    int cache_disable;               /* nonzero: freed blocks go straight back to the strategy */
+    int cache_disable;               /* nonzero: freed blocks go straight back to the strategy
+                                        (no cache, no thread caches) */
     size_t cache_small_max;          /* blocks < this are "small"; 0 = 1 MiB */
     size_t cache_large_min;          /* blocks > this are "large"; 0 = 16 MiB */
     gm_match cache_match[GM_CACHE_BUCKETS];
@@ -291,8 +292,9 @@ typedef struct gm_config {
                                         (never below 32 MiB); 0 = 0.02. Measured: the design
                                         document's 20 % of device memory alone let gpt2_train's
                                         reserved/live reach 1.30 (docs/cache.md) */
-    unsigned thread_cache_blocks;    /* blocks each thread keeps for the lock-free fast path;
-                                        0 = 32; set GM_THREAD_CACHE_OFF to turn it off */
+    unsigned thread_cache_blocks;    /* blocks each thread keeps for the lock-free fast path
+                                        (at most 64, of up to 16 MiB each, 64 MiB in all);
+                                        0 = 32; GM_THREAD_CACHE_OFF turns it off */
 
     /* Streams. */
     int stream_wait; /* nonzero: a cached block freed on stream S may go to stream T at once,

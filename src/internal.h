@@ -19,6 +19,7 @@
 #include "gpumem.h"
 
 #include <assert.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -38,6 +39,7 @@ enum {
 #define BLOCK_PENDING 2u     /* freed, waiting for other streams' events (pool->pending) */
 #define BLOCK_CACHED 4u      /* freed, kept in the cache for reuse */
 #define BLOCK_TO_STRATEGY 8u /* pending on its way back to the strategy (evicted) */
+#define BLOCK_THREAD 16u     /* freed, in a thread's lock-free cache (tcache.c) */
 
 typedef struct gm_span gm_span;
 typedef struct gm_arena gm_arena;
@@ -45,7 +47,9 @@ typedef struct gm_heap gm_heap;
 typedef struct strategy_ops strategy_ops;
 
 typedef struct gm_block {
-    uintptr_t addr;
+    /* A record per cache line: threads on the lock-free path write their blocks' records, and
+     * two records on one line would bounce it between cores. */
+    _Alignas(64) uintptr_t addr;
     size_t size;      /* granted bytes */
     size_t requested; /* bytes the program asked for (live blocks); 0 when free */
     struct gm_block *phys_prev, *phys_next; /* neighbours in address order, same span */
@@ -55,7 +59,9 @@ typedef struct gm_block {
     gm_stream tag;            /* cached: the stream that last used the block */
     gm_event cache_event;     /* cached: event recorded on `tag` for another stream, or 0 */
     gm_stream *extra_streams; /* streams added by gm_record_stream (heap array) */
-    uint32_t extra_count, flags;
+    uint32_t extra_count;
+    _Atomic uint32_t flags; /* atomic: the lock-free path flips BLOCK_THREAD while the pool
+                               lock holder may read a neighbour's flags */
 } gm_block;
 
 struct gm_span {
@@ -142,6 +148,27 @@ typedef struct block_map {
 
 typedef struct block_chunk block_chunk;
 
+/* The live map is sharded, each shard under its own spin lock, so that the lock-free path
+ * (tcache.c) can find and file blocks without the pool lock. Lock order: pool, then tcache,
+ * then shard. */
+enum { LIVE_SHARDS = 64 };
+typedef struct live_shard {
+    _Alignas(64) atomic_flag lock;
+    block_map map;
+} live_shard;
+
+typedef struct gm_tcache gm_tcache;
+
+static inline void spin_lock(atomic_flag *f)
+{
+    while (atomic_flag_test_and_set_explicit(f, memory_order_acquire))
+        __builtin_ia32_pause();
+}
+static inline void spin_unlock(atomic_flag *f)
+{
+    atomic_flag_clear_explicit(f, memory_order_release);
+}
+
 struct gm_pool {
     gm_backend *backend;
     gm_config cfg; /* every default resolved */
@@ -151,7 +178,7 @@ struct gm_pool {
 
     gm_heap *heaps;
     size_t heap_count, heap_cap;
-    block_map live;
+    live_shard shards[LIVE_SHARDS];
     gm_block *pending; /* freed blocks waiting for other streams' events */
     gm_event *events;  /* pooled events, free for reuse */
     size_t event_count, event_cap;
@@ -161,10 +188,21 @@ struct gm_pool {
     block_chunk *chunks; /* storage of block records */
     gm_block *spare_blocks;
 
-    /* counters (all under lock) */
-    size_t live_bytes, peak_live, allocated_bytes, peak_allocated, reserved_bytes, peak_reserved;
+    /* Counters of the locked path (under lock); the lock-free path keeps its own deltas in
+     * each tcache, and pool_totals_locked adds them up. The four byte counters are atomic so
+     * that a lone thread's lock-free path can keep the peaks exact without the lock. */
+    _Atomic size_t live_bytes, peak_live, allocated_bytes, peak_allocated;
+    size_t reserved_bytes, peak_reserved;
     size_t live_blocks, segment_count;
     uint64_t alloc_count, free_count, oom_count;
+
+    /* Thread caches (tcache.c), registered under the pool lock. */
+    uint64_t id;            /* unique for the process lifetime: thread-local lookups use it */
+    gm_tcache *tcaches;
+    _Atomic unsigned tc_count;
+    unsigned tc_blocks;     /* blocks per thread cache; 0 = off */
+    gm_arena grant_arenas[ARENA_COUNT]; /* state-only arenas for lock-free grant() calls */
+    uint64_t thread_hits_folded; /* fast-path hits of caches that were detached */
     uint64_t device_calls[GM_CALL_KINDS];
     uint64_t device_time_ns;
 
@@ -186,7 +224,7 @@ gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 gm_status pool_unlock(gm_pool *pool, gm_status st); /* unlock; publish a failure */
 gm_status fail_no_pool(gm_status st, const char *fn, const char *what);
-gm_block *map_lookup(const block_map *m, uintptr_t addr);
+gm_block *bmap_lookup(const block_map *m, uintptr_t addr);
 void pool_note_reserved_locked(gm_pool *pool, size_t bytes, bool grow);
 gm_block *block_new_locked(gm_pool *pool);
 void block_delete_locked(gm_pool *pool, gm_block *b);
@@ -197,6 +235,33 @@ void pool_event_put_locked(gm_pool *pool, gm_event ev);
 /* An evicted cached block goes back to its strategy (behind an event if another stream last
  * used it). */
 void cache_release_block_locked(gm_pool *pool, gm_block *b);
+
+/* --- tcache.c: per-thread lock-free caches --- */
+typedef struct pool_totals {
+    size_t live_bytes, allocated_bytes, live_blocks;
+    uint64_t alloc_count, free_count, thread_hits;
+    size_t thread_cached_blocks, thread_cached_bytes;
+} pool_totals;
+void pool_totals_locked(gm_pool *pool, pool_totals *out);
+void pool_update_peaks_locked(gm_pool *pool);
+bool tcache_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out);
+bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream);
+void tcache_register(gm_pool *pool);
+void tcache_stop_world_locked(gm_pool *pool);  /* lock every tcache and shard */
+void tcache_start_world_locked(gm_pool *pool);
+void tcache_flush_all_locked(gm_pool *pool);   /* world stopped: retire every thread's blocks */
+/* Before the pool grows: every thread's cached blocks back to the pool (stopping the world);
+ * false if there were none. */
+bool tcache_reclaim_locked(gm_pool *pool);
+void tcache_detach_all(gm_pool *pool);         /* at destroy: flush and forget every tcache */
+uint64_t tcache_next_pool_id(void);
+void block_retire_locked(gm_pool *pool, gm_block *b);
+/* Remember that `s` freed memory: it is synchronized before memory is unmapped or freed. */
+void note_stream_for_sync(gm_pool *pool, gm_stream s);
+live_shard *shard_of(gm_pool *pool, uintptr_t addr);
+bool bmap_insert(block_map *m, gm_block *b);
+size_t bmap_find(const block_map *m, uintptr_t addr);
+void bmap_erase(block_map *m, size_t j);
 
 /* --- cache.c --- */
 void cache_init(gm_cache *c, const gm_config *cfg, size_t capacity);

@@ -100,7 +100,7 @@ gm_status gm_pool_set_error_callback(gm_pool *pool, gm_error_fn fn, void *user)
 gm_block *block_new_locked(gm_pool *pool)
 {
     if (!pool->spare_blocks) {
-        block_chunk *c = malloc(sizeof *c);
+        block_chunk *c = aligned_alloc(64, round_up(sizeof *c, 64));
         if (!c)
             return NULL;
         c->next = pool->chunks;
@@ -126,13 +126,13 @@ void block_delete_locked(gm_pool *pool, gm_block *b)
 
 /* ---------------------------------------------------------------- live map */
 
-static size_t map_slot(const block_map *m, uintptr_t addr)
+static size_t bmap_slot(const block_map *m, uintptr_t addr)
 {
     uint64_t h = (uint64_t)(addr >> BLOCK_ALIGN_LOG2) * 0x9E3779B97F4A7C15ull;
     return (size_t)(h >> 32) & (m->cap - 1);
 }
 
-static bool map_grow(block_map *m)
+static bool bmap_grow(block_map *m)
 {
     size_t cap = m->cap ? m->cap * 2 : 1024;
     gm_block **slots = calloc(cap, sizeof *slots);
@@ -143,7 +143,7 @@ static bool map_grow(block_map *m)
         gm_block *b = m->slots[i];
         if (!b)
             continue;
-        size_t j = map_slot(&next, b->addr);
+        size_t j = bmap_slot(&next, b->addr);
         while (next.slots[j])
             j = (j + 1) & (cap - 1);
         next.slots[j] = b;
@@ -154,11 +154,11 @@ static bool map_grow(block_map *m)
     return true;
 }
 
-static bool map_insert(block_map *m, gm_block *b)
+bool bmap_insert(block_map *m, gm_block *b)
 {
-    if ((m->count + 1) * 2 > m->cap && !map_grow(m))
+    if ((m->count + 1) * 2 > m->cap && !bmap_grow(m))
         return false;
-    size_t j = map_slot(m, b->addr);
+    size_t j = bmap_slot(m, b->addr);
     while (m->slots[j])
         j = (j + 1) & (m->cap - 1);
     m->slots[j] = b;
@@ -166,11 +166,11 @@ static bool map_insert(block_map *m, gm_block *b)
     return true;
 }
 
-static size_t map_find(const block_map *m, uintptr_t addr)
+size_t bmap_find(const block_map *m, uintptr_t addr)
 {
     if (!m->cap)
         return SIZE_MAX;
-    for (size_t j = map_slot(m, addr);; j = (j + 1) & (m->cap - 1)) {
+    for (size_t j = bmap_slot(m, addr);; j = (j + 1) & (m->cap - 1)) {
         if (!m->slots[j])
             return SIZE_MAX;
         if (m->slots[j]->addr == addr)
@@ -178,20 +178,20 @@ static size_t map_find(const block_map *m, uintptr_t addr)
     }
 }
 
-gm_block *map_lookup(const block_map *m, uintptr_t addr)
+gm_block *bmap_lookup(const block_map *m, uintptr_t addr)
 {
-    size_t j = map_find(m, addr);
+    size_t j = bmap_find(m, addr);
     return j == SIZE_MAX ? NULL : m->slots[j];
 }
 
 /* Remove slot j, shifting later entries of its probe run back (no tombstones). */
-static void map_erase(block_map *m, size_t j)
+void bmap_erase(block_map *m, size_t j)
 {
     size_t mask = m->cap - 1;
     m->slots[j] = NULL;
     m->count--;
     for (size_t k = (j + 1) & mask; m->slots[k]; k = (k + 1) & mask) {
-        size_t home = map_slot(m, m->slots[k]->addr);
+        size_t home = bmap_slot(m, m->slots[k]->addr);
         bool movable = j <= k ? (home <= j || home > k) : (home <= j && home > k);
         if (movable) {
             m->slots[j] = m->slots[k];
@@ -200,6 +200,13 @@ static void map_erase(block_map *m, size_t j)
         }
     }
 }
+
+live_shard *shard_of(gm_pool *pool, uintptr_t addr)
+{
+    uint64_t h = (uint64_t)(addr >> BLOCK_ALIGN_LOG2) * 0x9E3779B97F4A7C15ull;
+    return &pool->shards[h >> 58]; /* the top 6 bits: LIVE_SHARDS == 64 */
+}
+static_assert(LIVE_SHARDS == 64, "shard_of takes 6 bits");
 
 /* ---------------------------------------------------------------- counters */
 
@@ -225,10 +232,7 @@ static void note_live(gm_pool *pool, const gm_block *b, bool alloc)
     pool->live_bytes += b->requested;
     pool->allocated_bytes += b->size;
     pool->live_blocks++;
-    if (pool->live_bytes > pool->peak_live)
-        pool->peak_live = pool->live_bytes;
-    if (pool->allocated_bytes > pool->peak_allocated)
-        pool->peak_allocated = pool->allocated_bytes;
+    pool_update_peaks_locked(pool);
 }
 
 /* ---------------------------------------------------------------- config */
@@ -531,7 +535,8 @@ static gm_status arena_alloc_locked(gm_pool *pool, gm_arena *a, size_t granted, 
             return st;
     }
     gm_block *b = a->ops->take(pool, a, granted);
-    while (!b && cache_evict_one_locked(pool)) /* cached blocks coalesce before we grow */
+    /* Cached blocks (the pool's, then the threads') coalesce before the pool grows. */
+    while (!b && (cache_evict_one_locked(pool) || tcache_reclaim_locked(pool)))
         b = a->ops->take(pool, a, granted);
     if (!b && !vmm) {
         gm_status st = grow_plain_locked(pool, a, granted);
@@ -604,7 +609,7 @@ static void defer_block_locked(gm_pool *pool, gm_block *b, const gm_stream *stre
 
 /* A freed block whose users are all done: into the cache, or back to its strategy (directly if
  * its heap's stream was the last user, else behind an event on that user). */
-static void block_retire_locked(gm_pool *pool, gm_block *b)
+void block_retire_locked(gm_pool *pool, gm_block *b)
 {
     if (cache_put_locked(pool, b))
         return;
@@ -650,6 +655,12 @@ static void process_pending_locked(gm_pool *pool)
     }
 }
 
+/* Every thread's cached blocks back to the pool's cache (the world stopped meanwhile). */
+static void flush_thread_caches_locked(gm_pool *pool)
+{
+    (void)tcache_reclaim_locked(pool);
+}
+
 /* Empty the cache and the pending list as far as the device allows: evict, wait for the streams
  * that freed memory, finish pending frees (which may refill the cache), again. */
 static void drain_locked(gm_pool *pool)
@@ -663,7 +674,7 @@ static void drain_locked(gm_pool *pool)
     }
 }
 
-static void note_stream_for_sync(gm_pool *pool, gm_stream s)
+void note_stream_for_sync(gm_pool *pool, gm_stream s)
 {
     for (size_t i = 0; i < pool->synced_count; i++)
         if (pool->synced_streams[i] == s)
@@ -762,7 +773,10 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
 {
     if (!backend || !out)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_create", "backend or out is NULL");
-    gm_pool *pool = calloc(1, sizeof *pool);
+    /* Cache-line aligned: the live-map shards inside are each on their own line. */
+    gm_pool *pool = aligned_alloc(64, round_up(sizeof *pool, 64));
+    if (pool)
+        memset(pool, 0, sizeof *pool);
     if (!pool)
         return fail_no_pool(GM_ERR_HOST_MEMORY, "gm_pool_create", "host memory exhausted");
     char why[sizeof tls_error];
@@ -777,7 +791,27 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     pool->error_fn = pool->cfg.error_callback;
     pool->error_user = pool->cfg.error_user;
     cache_init(&pool->cache, &pool->cfg, backend->caps.capacity);
+    pool->id = tcache_next_pool_id();
+    unsigned tcb = pool->cfg.thread_cache_blocks;
+    pool->tc_blocks = tcb == GM_THREAD_CACHE_OFF || pool->cfg.cache_disable ? 0
+                      : tcb < 64                                            ? tcb
+                                                                            : 64;
+    for (int i = 0; i < LIVE_SHARDS; i++)
+        atomic_flag_clear(&pool->shards[i].lock);
     pthread_mutex_init(&pool->lock, NULL);
+    for (int k = 0; k < ARENA_COUNT; k++) { /* arenas that only answer grant() */
+        gm_arena *ga = &pool->grant_arenas[k];
+        ga->kind = k;
+        ga->idle_head = PAGE_NONE;
+        ga->ops = strategy_of(pool->cfg.strategy, k);
+        if (ga->ops->init(pool, ga) != GM_OK) {
+            while (k--)
+                pool->grant_arenas[k].ops->fini(pool, &pool->grant_arenas[k]);
+            pthread_mutex_destroy(&pool->lock);
+            free(pool);
+            return fail_no_pool(GM_ERR_HOST_MEMORY, "gm_pool_create", "host memory exhausted");
+        }
+    }
 
     size_t initial = pool->cfg.initial_reserve_bytes;
     if (initial) {
@@ -819,6 +853,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
 static void pool_teardown(gm_pool *pool)
 {
     gm_backend *be = pool->backend;
+    tcache_detach_all(pool);
     pthread_mutex_lock(&pool->lock);
     pool->cache.enabled = false; /* retired blocks go straight back from here on */
     drain_locked(pool);
@@ -832,12 +867,15 @@ static void pool_teardown(gm_pool *pool)
         b->flags &= ~(BLOCK_PENDING | BLOCK_TO_STRATEGY);
         block_release_locked(pool, b);
     }
-    for (size_t i = 0; i < pool->live.cap; i++) /* force: live blocks are dropped */
-        if (pool->live.slots[i]) {
-            gm_block *b = pool->live.slots[i];
-            note_live(pool, b, false);
-            block_release_locked(pool, b);
-        }
+    for (int k = 0; k < LIVE_SHARDS; k++) { /* force: live blocks are dropped */
+        block_map *m = &pool->shards[k].map;
+        for (size_t i = 0; i < m->cap; i++)
+            if (m->slots[i]) {
+                gm_block *b = m->slots[i];
+                note_live(pool, b, false);
+                block_release_locked(pool, b);
+            }
+    }
     for (size_t h = 0; h < pool->heap_count; h++)
         for (int k = 0; k < ARENA_COUNT; k++) {
             gm_arena *a = &pool->heaps[h].arenas[k];
@@ -849,13 +887,16 @@ static void pool_teardown(gm_pool *pool)
         }
     for (size_t i = 0; i < pool->event_count; i++)
         (void)be->ops->event_destroy(be, pool->events[i]);
+    for (int k = 0; k < ARENA_COUNT; k++)
+        pool->grant_arenas[k].ops->fini(pool, &pool->grant_arenas[k]);
     pthread_mutex_unlock(&pool->lock);
     while (pool->chunks) {
         block_chunk *c = pool->chunks;
         pool->chunks = c->next;
         free(c);
     }
-    free(pool->live.slots);
+    for (int k = 0; k < LIVE_SHARDS; k++)
+        free(pool->shards[k].map.slots);
     free(pool->heaps);
     free(pool->events);
     free(pool->synced_streams);
@@ -870,11 +911,13 @@ gm_status gm_pool_destroy(gm_pool *pool)
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_destroy", "pool is NULL");
     pthread_mutex_lock(&pool->lock);
-    if (pool->live_blocks) {
+    pool_totals t;
+    pool_totals_locked(pool, &t);
+    if (t.live_blocks) {
         gm_status st = pool_fail_locked(pool, GM_ERR_BUSY,
                                         "gm_pool_destroy: %zu blocks (%zu bytes) are still live; "
                                         "free them or use gm_pool_destroy_force",
-                                        pool->live_blocks, pool->live_bytes);
+                                        t.live_blocks, t.live_bytes);
         return pool_unlock(pool, st);
     }
     pthread_mutex_unlock(&pool->lock);
@@ -912,8 +955,10 @@ static gm_status fail_oom_locked(gm_pool *pool, size_t size, gm_stream stream, c
     char req[32], res[32], live[32], alloc[32], largest[32], total[32], lim[32];
     format_bytes(req, sizeof req, size);
     format_bytes(res, sizeof res, pool->reserved_bytes);
-    format_bytes(live, sizeof live, pool->live_bytes);
-    format_bytes(alloc, sizeof alloc, pool->allocated_bytes);
+    pool_totals t;
+    pool_totals_locked(pool, &t);
+    format_bytes(live, sizeof live, t.live_bytes);
+    format_bytes(alloc, sizeof alloc, t.allocated_bytes);
     format_bytes(largest, sizeof largest, fs.largest);
     format_bytes(total, sizeof total, fs.total);
     if (pool->limit == SIZE_MAX)
@@ -939,6 +984,7 @@ static gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size, size
 {
     gm_status st = GM_ERR_OUT_OF_MEMORY;
     pool->oom_ladder[0]++;
+    flush_thread_caches_locked(pool);
     if (cache_evict_locked(pool, SIZE_MAX) &&
         (st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
         return st;
@@ -974,6 +1020,11 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
 {
     if (!pool || !out)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_alloc", "pool or out is NULL");
+    if (pool->tc_blocks && size) {
+        if (tcache_alloc(pool, size, stream, out))
+            return GM_OK;
+        tcache_register(pool); /* no-op once this thread has a cache */
+    }
     pthread_mutex_lock(&pool->lock);
     if (size == 0)
         return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
@@ -1014,7 +1065,11 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
     b->flags = 0;
     b->tag = stream;
     b->requested = size;
-    if (!map_insert(&pool->live, b)) {
+    live_shard *sh = shard_of(pool, b->addr);
+    spin_lock(&sh->lock);
+    bool filed = bmap_insert(&sh->map, b);
+    spin_unlock(&sh->lock);
+    if (!filed) {
         block_release_locked(pool, b);
         return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
                                                   "gm_alloc: host memory exhausted (map)"));
@@ -1039,7 +1094,7 @@ static gm_status diagnose_bad_free_locked(gm_pool *pool, uintptr_t addr, const c
                 for (gm_block *b = s->first; b; b = b->phys_next) {
                     if (addr < b->addr || addr - b->addr >= b->size)
                         continue;
-                    if (b->flags & (BLOCK_FREE | BLOCK_PENDING | BLOCK_CACHED))
+                    if (b->flags & (BLOCK_FREE | BLOCK_PENDING | BLOCK_CACHED | BLOCK_THREAD))
                         return pool_fail_locked(pool, GM_ERR_DOUBLE_FREE,
                                                 "%s: %p is not live: it was already freed "
                                                 "(double free)", fn, (void *)addr);
@@ -1059,16 +1114,22 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
 {
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_free", "pool is NULL");
+    uintptr_t addr = (uintptr_t)ptr;
+    if (ptr && pool->tc_blocks && tcache_free(pool, addr, stream))
+        return GM_OK;
     pthread_mutex_lock(&pool->lock);
     if (!ptr)
         return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
                                                   "gm_free: NULL is not a block"));
-    uintptr_t addr = (uintptr_t)ptr;
-    size_t j = map_find(&pool->live, addr);
-    if (j == SIZE_MAX)
+    live_shard *sh = shard_of(pool, addr);
+    spin_lock(&sh->lock);
+    size_t j = bmap_find(&sh->map, addr);
+    gm_block *b = j == SIZE_MAX ? NULL : sh->map.slots[j];
+    if (b)
+        bmap_erase(&sh->map, j);
+    spin_unlock(&sh->lock);
+    if (!b)
         return pool_unlock(pool, diagnose_bad_free_locked(pool, addr, "gm_free"));
-    gm_block *b = pool->live.slots[j];
-    map_erase(&pool->live, j);
     note_live(pool, b, false);
     pool->free_count++;
     note_stream_for_sync(pool, stream);
@@ -1084,18 +1145,26 @@ gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream)
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_record_stream", "pool is NULL");
     pthread_mutex_lock(&pool->lock);
-    gm_block *b = map_lookup(&pool->live, (uintptr_t)ptr);
+    live_shard *sh = shard_of(pool, (uintptr_t)ptr);
+    spin_lock(&sh->lock); /* the lock-free free path reads extra_count under it */
+    gm_block *b = bmap_lookup(&sh->map, (uintptr_t)ptr);
+    gm_status st = GM_OK;
+    if (b && stream != b->tag && !stream_listed(b->extra_streams, b->extra_count, stream)) {
+        gm_stream *v = realloc(b->extra_streams, (b->extra_count + 1u) * sizeof *v);
+        if (v) {
+            v[b->extra_count++] = stream;
+            b->extra_streams = v;
+        } else {
+            st = GM_ERR_HOST_MEMORY;
+        }
+    }
+    spin_unlock(&sh->lock);
     if (!b)
         return pool_unlock(pool, diagnose_bad_free_locked(pool, (uintptr_t)ptr,
                                                           "gm_record_stream"));
-    if (stream == b->tag || stream_listed(b->extra_streams, b->extra_count, stream))
-        return pool_unlock(pool, GM_OK);
-    gm_stream *v = realloc(b->extra_streams, (b->extra_count + 1u) * sizeof *v);
-    if (!v)
-        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
+    if (st != GM_OK)
+        return pool_unlock(pool, pool_fail_locked(pool, st,
                                                   "gm_record_stream: host memory exhausted"));
-    v[b->extra_count++] = stream;
-    b->extra_streams = v;
     return pool_unlock(pool, GM_OK);
 }
 
@@ -1104,6 +1173,7 @@ gm_status gm_trim(gm_pool *pool, size_t keep_bytes)
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_trim", "pool is NULL");
     pthread_mutex_lock(&pool->lock);
+    flush_thread_caches_locked(pool);
     drain_locked(pool);
     release_free_memory_locked(pool, keep_bytes);
     if (keep_bytes == 0) /* also give back virtual ranges that hold nothing */
@@ -1121,8 +1191,10 @@ gm_status gm_pool_reset_peaks(gm_pool *pool)
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_reset_peaks", "pool is NULL");
     pthread_mutex_lock(&pool->lock);
-    pool->peak_live = pool->live_bytes;
-    pool->peak_allocated = pool->allocated_bytes;
+    pool_totals t;
+    pool_totals_locked(pool, &t);
+    pool->peak_live = t.live_bytes;
+    pool->peak_allocated = t.allocated_bytes;
     pool->peak_reserved = pool->reserved_bytes;
     return pool_unlock(pool, GM_OK);
 }

@@ -258,7 +258,7 @@ static gm_status page_phys_obtain(gm_pool *pool, gm_arena *a, gm_phys *out)
     while (recycle_first) { /* cached blocks give up their pages before the pool grows */
         if ((*out = recycle_idle_page(pool, a)) != 0)
             return GM_OK;
-        if (!cache_evict_one_locked(pool))
+        if (!cache_evict_one_locked(pool) && !tcache_reclaim_locked(pool))
             break;
     }
     gm_status st = phys_create(pool, out);

@@ -70,7 +70,7 @@ void free_summary_locked(gm_pool *pool, free_summary *out)
             const gm_arena *a = &pool->heaps[h].arenas[k];
             for (const gm_span *s = a->spans; s; s = s->next)
                 for (const gm_block *b = s->first; b; b = b->phys_next) {
-                    if (!(b->flags & (BLOCK_FREE | BLOCK_CACHED)))
+                    if (!(b->flags & (BLOCK_FREE | BLOCK_CACHED | BLOCK_THREAD)))
                         continue;
                     if (s->vmm)
                         add_mapped_runs(out, a, b->addr, b->addr + b->size);
@@ -83,20 +83,22 @@ void free_summary_locked(gm_pool *pool, free_summary *out)
 static void fill_stats_locked(gm_pool *pool, gm_stats *out)
 {
     memset(out, 0, sizeof *out);
-    out->live_bytes = pool->live_bytes;
+    pool_totals t;
+    pool_totals_locked(pool, &t);
+    out->live_bytes = t.live_bytes;
     out->peak_live_bytes = pool->peak_live;
-    out->allocated_bytes = pool->allocated_bytes;
+    out->allocated_bytes = t.allocated_bytes;
     out->peak_allocated_bytes = pool->peak_allocated;
     out->reserved_bytes = pool->reserved_bytes;
     out->peak_reserved_bytes = pool->peak_reserved;
-    out->live_blocks = pool->live_blocks;
+    out->live_blocks = t.live_blocks;
     out->segments = pool->segment_count;
-    out->alloc_count = pool->alloc_count;
-    out->free_count = pool->free_count;
+    out->alloc_count = t.alloc_count;
+    out->free_count = t.free_count;
     out->oom_count = pool->oom_count;
     memcpy(out->device_calls, pool->device_calls, sizeof out->device_calls);
     out->device_time_ns = pool->device_time_ns;
-    out->internal_frag_bytes = pool->allocated_bytes - pool->live_bytes;
+    out->internal_frag_bytes = t.allocated_bytes - t.live_bytes;
     free_summary fs;
     free_summary_locked(pool, &fs);
     out->total_free_bytes = fs.total;
@@ -104,6 +106,9 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
     out->frag_rate = fs.total ? 1.0 - (double)fs.largest / (double)fs.total : 0.0;
     memcpy(out->free_histogram, fs.histogram, sizeof out->free_histogram);
     cache_stats_locked(pool, out);
+    out->cached_bytes += t.thread_cached_bytes;
+    out->cached_blocks += t.thread_cached_blocks;
+    out->thread_cache_hits = t.thread_hits + pool->thread_hits_folded;
     out->cross_stream_reuses = pool->cross_stream_reuses;
     memcpy(out->oom_ladder, pool->oom_ladder, sizeof out->oom_ladder);
 }
@@ -113,7 +118,10 @@ gm_status gm_pool_stats(gm_pool *pool, gm_stats *out)
     if (!pool || !out)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_stats", "pool or out is NULL");
     pthread_mutex_lock(&pool->lock);
+    tcache_stop_world_locked(pool);
+    pool_update_peaks_locked(pool);
     fill_stats_locked(pool, out);
+    tcache_start_world_locked(pool);
     pthread_mutex_unlock(&pool->lock);
     return GM_OK;
 }
@@ -202,6 +210,7 @@ gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
     j->len = 0;
     j->failed = false;
     pthread_mutex_lock(&pool->lock);
+    tcache_stop_world_locked(pool);
     gm_stats st;
     fill_stats_locked(pool, &st);
     json_put(j, "{\"granularity\":%zu,\"segments\":[", pool->granularity);
@@ -216,6 +225,7 @@ gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
     snapshot_stats(j, &st);
     json_put(j, "}\n");
     json_flush(j);
+    tcache_start_world_locked(pool);
     pthread_mutex_unlock(&pool->lock);
     bool failed = j->failed;
     free(j);
@@ -228,6 +238,7 @@ gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
 
 typedef struct recount {
     size_t live, allocated, live_blocks, pending, pending_bytes, free_blocks, reserved, cached;
+    size_t thread;
 } recount;
 
 static gm_status check_span(gm_pool *pool, const gm_span *s, uint32_t *users, recount *rc)
@@ -246,13 +257,15 @@ static gm_status check_span(gm_pool *pool, const gm_span *s, uint32_t *users, re
             continue;
         }
         in_use++;
-        if (b->flags & BLOCK_CACHED) {
+        if (b->flags & BLOCK_THREAD) {
+            rc->thread++;
+        } else if (b->flags & BLOCK_CACHED) {
             rc->cached++;
         } else if (b->flags & BLOCK_PENDING) {
             rc->pending++;
             rc->pending_bytes += b->size;
         } else {
-            if (map_lookup(&pool->live, b->addr) != b)
+            if (bmap_lookup(&shard_of(pool, b->addr)->map, b->addr) != b)
                 return CORRUPT("live block 0x%" PRIxPTR " missing from the live map", b->addr);
             if (b->requested == 0 || b->requested > b->size)
                 return CORRUPT("live block 0x%" PRIxPTR " requested %zu of %zu", b->addr,
@@ -361,23 +374,31 @@ gm_status pool_check_locked(gm_pool *pool)
             return CORRUPT("pending list holds a block that is not pending");
     if (pending != rc.pending)
         return CORRUPT("%zu pending blocks listed, %zu found", pending, rc.pending);
-    if (rc.live != pool->live_bytes || rc.allocated != pool->allocated_bytes ||
-        rc.live_blocks != pool->live_blocks || rc.live_blocks != pool->live.count)
+    pool_totals t;
+    pool_totals_locked(pool, &t);
+    size_t mapped = 0;
+    for (int k = 0; k < LIVE_SHARDS; k++)
+        mapped += pool->shards[k].map.count;
+    if (rc.live != t.live_bytes || rc.allocated != t.allocated_bytes ||
+        rc.live_blocks != t.live_blocks || rc.live_blocks != mapped)
         return CORRUPT("counters say live %zu / allocated %zu / %zu blocks (map %zu), blocks "
                        "say %zu / %zu / %zu",
-                       pool->live_bytes, pool->allocated_bytes, pool->live_blocks,
-                       pool->live.count, rc.live, rc.allocated, rc.live_blocks);
+                       t.live_bytes, t.allocated_bytes, t.live_blocks, mapped, rc.live,
+                       rc.allocated, rc.live_blocks);
+    if (rc.thread != t.thread_cached_blocks)
+        return CORRUPT("%zu blocks in thread caches, %zu flagged so", t.thread_cached_blocks,
+                       rc.thread);
     if (rc.reserved != pool->reserved_bytes || segments != pool->segment_count)
         return CORRUPT("reserved %zu bytes in %zu segments counted, %zu in %zu found",
                        pool->reserved_bytes, pool->segment_count, rc.reserved, segments);
-    if (pool->peak_live < pool->live_bytes || pool->peak_reserved < pool->reserved_bytes ||
-        pool->peak_allocated < pool->allocated_bytes || pool->reserved_bytes > pool->limit)
+    if (pool->peak_live < t.live_bytes || pool->peak_reserved < pool->reserved_bytes ||
+        pool->peak_allocated < t.allocated_bytes || pool->reserved_bytes > pool->limit)
         return CORRUPT("a peak is below its current value, or reserved exceeds the limit");
     free_summary fs;
     free_summary_locked(pool, &fs);
-    if (fs.total != pool->reserved_bytes - pool->allocated_bytes - rc.pending_bytes)
+    if (fs.total != pool->reserved_bytes - t.allocated_bytes - rc.pending_bytes)
         return CORRUPT("free bytes %zu != reserved %zu - allocated %zu - pending %zu", fs.total,
-                       pool->reserved_bytes, pool->allocated_bytes, rc.pending_bytes);
+                       pool->reserved_bytes, t.allocated_bytes, rc.pending_bytes);
     return GM_OK;
 }
 
@@ -386,5 +407,9 @@ gm_status gm_pool_check(gm_pool *pool)
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_check", "pool is NULL");
     pthread_mutex_lock(&pool->lock);
-    return pool_unlock(pool, pool_check_locked(pool));
+    tcache_stop_world_locked(pool);
+    pool_update_peaks_locked(pool);
+    gm_status st = pool_check_locked(pool);
+    tcache_start_world_locked(pool);
+    return pool_unlock(pool, st);
 }

@@ -223,6 +223,8 @@ static void run_one(const conf_case *cc, uint64_t seed, size_t ops, bool host)
     gm_config cfg = cc->cfg;
     if (cfg.segments == GM_SEGMENTS_VMM)
         cfg.vmm_reserve_bytes = 768 * MiB;
+    if (getenv("GM_TEST_NO_TC"))
+        cfg.thread_cache_blocks = GM_THREAD_CACHE_OFF;
     REQUIRE_OK(gm_pool_create(c.be, &cfg, &c.pool));
     unsigned long failed_before = check_failed_;
 
@@ -279,6 +281,9 @@ int main(void)
     size_t per_case = total / conf_case_count();
     for (size_t i = 0; i < conf_case_count(); i++) {
         const conf_case *cc = &conf_cases[i];
+        const char *only = getenv("GM_TEST_ONLY"); /* run the cases whose name contains it */
+        if (only && !strstr(cc->name, only))
+            continue;
         printf("%-28s %zu ops (half host-backed with byte checks)\n", cc->name, per_case);
         run_one(cc, seed + i, per_case / 2, true);
         run_one(cc, seed + 1000 + i, per_case - per_case / 2, false);

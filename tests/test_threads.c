@@ -1,6 +1,8 @@
 /*
- * Several threads allocate and free on one pool at once, each on its own stream, while another
- * thread reads stats and validates. Run under ThreadSanitizer in CI (.ci/run).
+ * Several threads allocate and free on one pool at once, each on its own stream, through the
+ * lock-free thread caches and the locked path, while another thread reads stats, validates and
+ * trims (which stops the world and empties every thread cache). Run under ThreadSanitizer in CI
+ * (.ci/run).
  */
 #include "check.h"
 
@@ -41,10 +43,12 @@ static void *checker(void *arg)
 {
     gm_pool *pool = arg;
     unsigned long bad = 0;
-    while (!stop_checker) {
+    for (unsigned n = 0; !stop_checker; n++) {
         gm_stats st;
         bad += gm_pool_stats(pool, &st) != GM_OK;
         bad += gm_pool_check(pool) != GM_OK;
+        if (n % 16 == 0) /* empties every thread's cache under the workers' feet */
+            bad += gm_trim(pool, 0) != GM_OK;
     }
     return (void *)(uintptr_t)bad;
 }
@@ -77,6 +81,7 @@ int main(void)
     CHECK_OK(gm_pool_stats(pool, &st));
     CHECK_EQ_U(st.live_bytes, 0);
     CHECK_EQ_U(st.alloc_count, st.free_count);
+    CHECK_GT_U(st.thread_cache_hits, 0); /* the lock-free path was taken */
     CHECK_OK(gm_pool_check(pool));
     CHECK_OK(gm_pool_destroy(pool));
     for (int i = 1; i < THREADS; i++)

@@ -1,0 +1,373 @@
+/*
+ * Per-thread caches: the lock-free fast path (issue 5).
+ *
+ * Each thread that uses a pool gets a small cache of blocks it freed (at most tc_blocks blocks
+ * and TC_BYTES bytes, each block at most TC_BLOCK_MAX). A free of a block that only its own
+ * stream used files it here; an allocation of the same granted size on the same stream takes
+ * it back. Neither takes the pool lock: the only lock on the fast path is the spin lock of the
+ * live-map shard that holds the block (one of LIVE_SHARDS), and the cache's entries change only
+ * under it. A cache's entries are written only by its owner, or by a whole-pool operation that
+ * holds every shard lock; the owner re-checks its choice under the shard lock.
+ *
+ *   lock order: registry -> pool -> shard
+ *
+ * Counters: the fast path counts into its cache's atomic deltas; pool_totals_locked adds them
+ * to the pool's. Peaks: the locked path raises them from the totals; the fast path raises them
+ * itself when its thread is the pool's only one (so single-threaded figures are exact). With
+ * several threads on the fast path at once, a peak made only of fast-path allocations shows up
+ * at the next locked call (documented in docs/cache.md).
+ *
+ * Lifetimes: a cache belongs to its thread and is freed at thread exit (a pthread key
+ * destructor), after its blocks went back to the pool. Pool destroy detaches every cache
+ * (its blocks are retired, its pool pointer cleared) under the registry lock; a thread finds
+ * its cache by the pool's process-unique id, never by address, so a cache of a destroyed pool
+ * is never used again.
+ *
+ * Whole-pool operations (stats, snapshot, check, trim, the OOM ladder) stop the world: they take
+ * every cache's lock and every shard's lock, in that order, under the pool lock.
+ *
+ * Bounds: fast alloc O(tc_blocks) (a scan of at most 32 entries by default), fast free O(1).
+ */
+#include "internal.h"
+#include "strategy.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+enum { TC_MAX = 64 };
+static const size_t TC_BYTES = (size_t)64 << 20;
+static const size_t TC_BLOCK_MAX = (size_t)16 << 20;
+
+typedef struct tc_entry {
+    gm_block *b;
+    size_t size;
+    gm_stream stream;
+} tc_entry;
+
+struct gm_tcache {
+    gm_pool *pool;  /* NULL once the pool is destroyed (registry lock + every shard lock) */
+    uint64_t pool_id;
+    gm_tcache *pool_prev, *pool_next; /* the pool's list (pool lock) */
+    gm_tcache *thread_next;           /* the owner thread's list */
+    _Atomic unsigned count; /* changed under a shard lock; read by the owner without one */
+    _Atomic size_t bytes;
+    _Atomic int64_t live_delta, alloc_delta, blocks_delta;
+    _Atomic uint64_t allocs, frees, hits;
+    tc_entry e[TC_MAX];
+};
+
+static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t thread_key;
+static _Atomic uint64_t next_pool_id = 1;
+static _Thread_local gm_tcache *tls_list, *tls_last;
+
+uint64_t tcache_next_pool_id(void)
+{
+    return atomic_fetch_add(&next_pool_id, 1);
+}
+
+static int64_t ssize(size_t v)
+{
+    return (int64_t)v;
+}
+
+/* Counters of a cache are written only by its owner thread (under its lock), so an add is a
+ * plain load and store; readers use relaxed loads. No locked read-modify-write on the fast path. */
+static void own_add(_Atomic int64_t *c, int64_t v)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v,
+                          memory_order_relaxed);
+}
+static void own_inc(_Atomic uint64_t *c)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+/* ---------------------------------------------------------------- totals and peaks */
+
+void pool_totals_locked(gm_pool *pool, pool_totals *out)
+{
+    int64_t live = 0, alloc = 0, blocks = 0;
+    uint64_t allocs = 0, frees = 0, hits = 0;
+    size_t cached_blocks = 0, cached_bytes = 0;
+    for (gm_tcache *tc = pool->tcaches; tc; tc = tc->pool_next) {
+        live += atomic_load_explicit(&tc->live_delta, memory_order_relaxed);
+        alloc += atomic_load_explicit(&tc->alloc_delta, memory_order_relaxed);
+        blocks += atomic_load_explicit(&tc->blocks_delta, memory_order_relaxed);
+        allocs += atomic_load_explicit(&tc->allocs, memory_order_relaxed);
+        frees += atomic_load_explicit(&tc->frees, memory_order_relaxed);
+        hits += atomic_load_explicit(&tc->hits, memory_order_relaxed);
+        cached_blocks += atomic_load_explicit(&tc->count, memory_order_relaxed); /* exact only
+                                                                    with the world stopped */
+        cached_bytes += atomic_load_explicit(&tc->bytes, memory_order_relaxed);
+    }
+    out->live_bytes = (size_t)(ssize(pool->live_bytes) + live);
+    out->allocated_bytes = (size_t)(ssize(pool->allocated_bytes) + alloc);
+    out->live_blocks = (size_t)(ssize(pool->live_blocks) + blocks);
+    out->alloc_count = pool->alloc_count + allocs;
+    out->free_count = pool->free_count + frees;
+    out->thread_hits = hits;
+    out->thread_cached_blocks = cached_blocks;
+    out->thread_cached_bytes = cached_bytes;
+}
+
+static void raise_to(_Atomic size_t *peak, size_t v)
+{
+    size_t cur = atomic_load_explicit(peak, memory_order_relaxed);
+    while (v > cur &&
+           !atomic_compare_exchange_weak_explicit(peak, &cur, v, memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+}
+
+void pool_update_peaks_locked(gm_pool *pool)
+{
+    if (!pool->tcaches) {
+        raise_to(&pool->peak_live, pool->live_bytes);
+        raise_to(&pool->peak_allocated, pool->allocated_bytes);
+        return;
+    }
+    pool_totals t;
+    pool_totals_locked(pool, &t);
+    raise_to(&pool->peak_live, t.live_bytes);
+    raise_to(&pool->peak_allocated, t.allocated_bytes);
+}
+
+/* ---------------------------------------------------------------- registry */
+
+static gm_tcache *mine(const gm_pool *pool)
+{
+    if (tls_last && tls_last->pool_id == pool->id)
+        return tls_last;
+    for (gm_tcache *tc = tls_list; tc; tc = tc->thread_next)
+        if (tc->pool_id == pool->id)
+            return tls_last = tc;
+    return NULL;
+}
+
+
+
+static void retire_entries_locked(gm_pool *pool, gm_tcache *tc)
+{
+    unsigned n = atomic_load_explicit(&tc->count, memory_order_relaxed);
+    for (unsigned i = 0; i < n; i++) {
+        gm_block *b = tc->e[i].b;
+        b->flags = 0;
+        b->tag = tc->e[i].stream;
+        note_stream_for_sync(pool, b->tag); /* the fast free could not note it */
+        block_retire_locked(pool, b);
+    }
+    atomic_store_explicit(&tc->count, 0, memory_order_relaxed);
+    atomic_store_explicit(&tc->bytes, 0, memory_order_relaxed);
+}
+
+/* Fold a cache's deltas into the pool's counters and unlink it (pool lock held). */
+static void detach_locked(gm_pool *pool, gm_tcache *tc)
+{
+    tcache_stop_world_locked(pool);
+    retire_entries_locked(pool, tc);
+    pool->live_bytes += (size_t)atomic_load(&tc->live_delta);
+    pool->allocated_bytes += (size_t)atomic_load(&tc->alloc_delta);
+    pool->live_blocks += (size_t)atomic_load(&tc->blocks_delta);
+    pool->alloc_count += atomic_load(&tc->allocs);
+    pool->free_count += atomic_load(&tc->frees);
+    pool->thread_hits_folded += atomic_load(&tc->hits);
+    if (tc->pool_prev)
+        tc->pool_prev->pool_next = tc->pool_next;
+    else
+        pool->tcaches = tc->pool_next;
+    if (tc->pool_next)
+        tc->pool_next->pool_prev = tc->pool_prev;
+    atomic_fetch_sub(&pool->tc_count, 1);
+    tc->pool = NULL;
+    tcache_start_world_locked(pool);
+}
+
+static void thread_exit(void *list)
+{
+    pthread_mutex_lock(&registry);
+    for (gm_tcache *tc = list, *next; tc; tc = next) {
+        next = tc->thread_next;
+        gm_pool *pool = tc->pool;
+        if (pool) {
+            pthread_mutex_lock(&pool->lock);
+            detach_locked(pool, tc);
+            pthread_mutex_unlock(&pool->lock);
+        }
+        free(tc);
+    }
+    pthread_mutex_unlock(&registry);
+}
+
+static void make_key(void)
+{
+    if (pthread_key_create(&thread_key, thread_exit) != 0)
+        thread_key = (pthread_key_t)-1;
+}
+
+void tcache_register(gm_pool *pool)
+{
+    if (!pool->tc_blocks || mine(pool) || pthread_once(&key_once, make_key) != 0 ||
+        thread_key == (pthread_key_t)-1)
+        return;
+    gm_tcache *tc = calloc(1, sizeof *tc);
+    if (!tc)
+        return; /* this thread keeps using the locked path */
+    tc->pool_id = pool->id;
+    pthread_mutex_lock(&registry);
+    /* Drop this thread's caches of destroyed pools. */
+    for (gm_tcache **link = &tls_list; *link;) {
+        gm_tcache *old = *link;
+        if (old->pool) {
+            link = &old->thread_next;
+            continue;
+        }
+        *link = old->thread_next;
+        if (tls_last == old)
+            tls_last = NULL;
+        free(old);
+    }
+    pthread_mutex_lock(&pool->lock);
+    tc->pool = pool;
+    tc->pool_next = pool->tcaches;
+    if (pool->tcaches)
+        pool->tcaches->pool_prev = tc;
+    pool->tcaches = tc;
+    atomic_fetch_add(&pool->tc_count, 1);
+    pthread_mutex_unlock(&pool->lock);
+    tc->thread_next = tls_list;
+    tls_list = tls_last = tc;
+    pthread_setspecific(thread_key, tls_list);
+    pthread_mutex_unlock(&registry);
+}
+
+void tcache_detach_all(gm_pool *pool)
+{
+    pthread_mutex_lock(&registry);
+    pthread_mutex_lock(&pool->lock);
+    while (pool->tcaches)
+        detach_locked(pool, pool->tcaches);
+    pthread_mutex_unlock(&pool->lock);
+    pthread_mutex_unlock(&registry);
+}
+
+void tcache_stop_world_locked(gm_pool *pool)
+{
+    for (int i = 0; i < LIVE_SHARDS; i++)
+        spin_lock(&pool->shards[i].lock);
+}
+
+void tcache_start_world_locked(gm_pool *pool)
+{
+    for (int i = 0; i < LIVE_SHARDS; i++)
+        spin_unlock(&pool->shards[i].lock);
+}
+
+void tcache_flush_all_locked(gm_pool *pool)
+{
+    for (gm_tcache *tc = pool->tcaches; tc; tc = tc->pool_next)
+        retire_entries_locked(pool, tc);
+}
+
+bool tcache_reclaim_locked(gm_pool *pool)
+{
+    bool any = false;
+    for (gm_tcache *tc = pool->tcaches; tc && !any; tc = tc->pool_next)
+        any = atomic_load_explicit(&tc->count, memory_order_relaxed) != 0;
+    if (!any)
+        return false;
+    tcache_stop_world_locked(pool);
+    tcache_flush_all_locked(pool);
+    tcache_start_world_locked(pool);
+    return true;
+}
+
+/* ---------------------------------------------------------------- the fast path */
+
+/* A lone thread keeps the peaks exact without the lock. */
+static void fast_peaks(gm_pool *pool, gm_tcache *tc)
+{
+    if (atomic_load_explicit(&pool->tc_count, memory_order_relaxed) != 1)
+        return;
+    size_t live = (size_t)(ssize(atomic_load_explicit(&pool->live_bytes, memory_order_relaxed)) +
+                           atomic_load_explicit(&tc->live_delta, memory_order_relaxed));
+    size_t alloc =
+        (size_t)(ssize(atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed)) +
+                 atomic_load_explicit(&tc->alloc_delta, memory_order_relaxed));
+    raise_to(&pool->peak_live, live);
+    raise_to(&pool->peak_allocated, alloc);
+}
+
+bool tcache_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
+{
+    gm_tcache *tc = mine(pool);
+    unsigned n = tc ? atomic_load_explicit(&tc->count, memory_order_relaxed) : 0;
+    if (!n)
+        return false;
+    const char *why = NULL;
+    int kind = strategy_route(pool, size, &why);
+    if (kind < 0)
+        return false;
+    const gm_arena *ga = &pool->grant_arenas[kind];
+    size_t granted = ga->ops->grant(pool, ga, size);
+    unsigned i = n;
+    while (i-- > 0)
+        if (tc->e[i].size == granted && tc->e[i].stream == stream)
+            break;
+    if (i == UINT32_MAX)
+        return false;
+    gm_block *b = tc->e[i].b;
+    live_shard *sh = shard_of(pool, b->addr);
+    spin_lock(&sh->lock);
+    /* A whole-pool operation may have emptied the cache since the scan. */
+    unsigned count = atomic_load_explicit(&tc->count, memory_order_relaxed);
+    bool filed = tc->pool && i < count && tc->e[i].b == b && bmap_insert(&sh->map, b);
+    if (filed) { /* all under the shard lock, so a stopped world sees it whole */
+        b->requested = size;
+        b->tag = stream;
+        b->flags = 0;
+        tc->e[i] = tc->e[count - 1];
+        atomic_store_explicit(&tc->count, count - 1, memory_order_relaxed);
+        atomic_store_explicit(&tc->bytes, tc->bytes - b->size, memory_order_relaxed);
+        own_add(&tc->live_delta, ssize(size));
+        own_add(&tc->alloc_delta, ssize(b->size));
+        own_add(&tc->blocks_delta, 1);
+        own_inc(&tc->allocs);
+        own_inc(&tc->hits);
+    }
+    spin_unlock(&sh->lock);
+    if (!filed)
+        return false;
+    fast_peaks(pool, tc);
+    *out = (void *)b->addr;
+    return true;
+}
+
+bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream)
+{
+    gm_tcache *tc = mine(pool);
+    if (!tc || atomic_load_explicit(&tc->count, memory_order_relaxed) >= pool->tc_blocks)
+        return false;
+    live_shard *sh = shard_of(pool, addr);
+    spin_lock(&sh->lock);
+    size_t j = bmap_find(&sh->map, addr);
+    gm_block *b = j == SIZE_MAX ? NULL : sh->map.slots[j];
+    unsigned count = atomic_load_explicit(&tc->count, memory_order_relaxed);
+    bool take = b && tc->pool && count < pool->tc_blocks && !b->extra_count &&
+                b->tag == stream && b->size <= TC_BLOCK_MAX && tc->bytes + b->size <= TC_BYTES;
+    if (take) { /* all under the shard lock, so a stopped world sees it whole */
+        bmap_erase(&sh->map, j);
+        b->flags = BLOCK_THREAD;
+        tc->e[count] = (tc_entry){b, b->size, stream};
+        atomic_store_explicit(&tc->count, count + 1, memory_order_relaxed);
+        atomic_store_explicit(&tc->bytes, tc->bytes + b->size, memory_order_relaxed);
+        own_add(&tc->live_delta, -ssize(b->requested));
+        own_add(&tc->alloc_delta, -ssize(b->size));
+        own_add(&tc->blocks_delta, -1);
+        own_inc(&tc->frees);
+    }
+    spin_unlock(&sh->lock);
+    return take;
+}
