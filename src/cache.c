@@ -208,6 +208,20 @@ bool cache_evict_one_locked(gm_pool *pool)
     return evict_one_locked(pool, -1);
 }
 
+bool cache_evict_arena_locked(gm_pool *pool, const gm_arena *a)
+{
+    gm_cache *c = &pool->cache;
+    for (int k = GM_CACHE_BUCKETS - 1; k >= 0; k--)
+        for (gm_block *blk = c->buckets[k].age_head; blk; blk = blk->age_next)
+            if (blk->span->arena == a) {
+                unfile_block(c, blk);
+                c->buckets[k].evictions++;
+                cache_release_block_locked(pool, blk);
+                return true;
+            }
+    return false;
+}
+
 size_t cache_evict_locked(gm_pool *pool, size_t bytes)
 {
     size_t before = pool->cache.bytes;

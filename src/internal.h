@@ -269,6 +269,8 @@ bool cache_put_locked(gm_pool *pool, gm_block *b); /* false: not cached (disable
 gm_block *cache_take_locked(gm_pool *pool, size_t granted, gm_stream s);
 size_t cache_evict_locked(gm_pool *pool, size_t bytes);
 bool cache_evict_one_locked(gm_pool *pool); /* false: the cache is empty */
+/* Evict the oldest cached block of arena a (it coalesces there); false if it has none. O(n). */
+bool cache_evict_arena_locked(gm_pool *pool, const gm_arena *a);
 void cache_stats_locked(const gm_pool *pool, gm_stats *out);
 gm_status cache_check_locked(const gm_pool *pool, size_t *blocks, char *why, size_t len);
 

@@ -535,8 +535,9 @@ static gm_status arena_alloc_locked(gm_pool *pool, gm_arena *a, size_t granted, 
             return st;
     }
     gm_block *b = a->ops->take(pool, a, granted);
-    /* Cached blocks (the pool's, then the threads') coalesce before the pool grows. */
-    while (!b && (cache_evict_one_locked(pool) || tcache_reclaim_locked(pool)))
+    /* This arena's cached blocks (the pool's, then the threads') coalesce before it grows;
+     * other arenas' cached blocks could not help here, so they stay. */
+    while (!b && (cache_evict_arena_locked(pool, a) || tcache_reclaim_locked(pool)))
         b = a->ops->take(pool, a, granted);
     if (!b && !vmm) {
         gm_status st = grow_plain_locked(pool, a, granted);
@@ -1006,9 +1007,9 @@ static gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size, size
         pthread_mutex_lock(&pool->lock);
         if (!again)
             break;
-        if (pool->pending)
-            process_pending_locked(pool);
-        cache_evict_locked(pool, SIZE_MAX);
+        flush_thread_caches_locked(pool); /* what the program freed, back to the device */
+        drain_locked(pool);
+        release_free_memory_locked(pool, 0);
         if ((st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
             return st;
     }

@@ -9,11 +9,11 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-enum { THREADS = 4, OPS = 20000, HELD = 32 };
+enum { THREADS = 8, OPS = 20000, HELD = 32 };
 
 typedef struct worker {
     gm_pool *pool;
-    gm_stream stream;
+    gm_stream stream, other; /* its own stream, and another worker's */
     uint64_t seed;
     unsigned long errors;
 } worker;
@@ -25,6 +25,8 @@ static void *work(void *arg)
     for (int i = 0; i < OPS; i++) {
         size_t slot = (size_t)(check_rand(&w->seed) % HELD);
         if (held[slot]) {
+            if (i % 7 == 0) /* another stream used it too: its reuse waits for an event */
+                w->errors += gm_record_stream(w->pool, held[slot], w->other) != GM_OK;
             w->errors += gm_free(w->pool, held[slot], w->stream) != GM_OK;
             held[slot] = NULL;
         } else {
@@ -62,10 +64,12 @@ int main(void)
     worker w[THREADS];
     pthread_t t[THREADS], c;
     for (int i = 0; i < THREADS; i++) {
-        w[i] = (worker){pool, NULL, (uint64_t)i * 7919 + 1, 0};
+        w[i] = (worker){pool, NULL, NULL, (uint64_t)i * 7919 + 1, 0};
         if (i)
             REQUIRE_OK(gm_sim_stream_create(be, &w[i].stream));
     }
+    for (int i = 0; i < THREADS; i++)
+        w[i].other = w[(i + 1) % THREADS].stream;
     REQUIRE(pthread_create(&c, NULL, checker, pool) == 0);
     for (int i = 0; i < THREADS; i++)
         REQUIRE(pthread_create(&t[i], NULL, work, &w[i]) == 0);
