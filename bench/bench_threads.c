@@ -60,7 +60,7 @@ static int cmp_double(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     const char *backend = "sim", *list = "1,2,4,16";
-    long pairs = 200000;
+    long pairs = 1000000;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--backend"))
             backend = argv[i + 1];
