@@ -10,6 +10,7 @@
  * fast path makes no device call either way.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "bench_common.h"
 #include "gpumem.h"
 
 #include <pthread.h>
@@ -18,13 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
 
 typedef struct worker { /* one cache line each: workers must not share one */
     _Alignas(64) gm_pool *pool;
@@ -49,12 +43,6 @@ static void *run(void *arg)
     }
     w->errors = errors;
     return NULL;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 int main(int argc, char **argv)
