@@ -159,10 +159,18 @@ typedef struct live_shard {
 
 typedef struct gm_tcache gm_tcache;
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 static inline void spin_lock(atomic_flag *f)
 {
     while (atomic_flag_test_and_set_explicit(f, memory_order_acquire))
-        __builtin_ia32_pause();
+        cpu_relax();
 }
 static inline void spin_unlock(atomic_flag *f)
 {
@@ -319,6 +327,5 @@ static inline bool block_is_free(const gm_block *b)
     return (b->flags & BLOCK_FREE) != 0;
 }
 
-#define POOL_ASSERT_LOCKED(pool) ((void)(pool))
 
 #endif /* GM_INTERNAL_H */
