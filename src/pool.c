@@ -768,6 +768,16 @@ static void block_freed_locked(gm_pool *pool, gm_block *b, gm_stream stream)
     defer_block_locked(pool, b, others, n, false);
 }
 
+/* GM_DEBUG 3: a full validation after every mutating call (the world stopped meanwhile). */
+static void debug_validate_locked(gm_pool *pool)
+{
+    tcache_stop_world_locked(pool);
+    gm_status st = pool_check_locked(pool);
+    tcache_start_world_locked(pool);
+    assert(st == GM_OK);
+    (void)st;
+}
+
 /* ---------------------------------------------------------------- public: create/destroy */
 
 gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **out)
@@ -1078,7 +1088,7 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
     note_live(pool, b, true);
     pool->alloc_count++;
     if (GM_DEBUG >= 3)
-        assert(pool_check_locked(pool) == GM_OK);
+        debug_validate_locked(pool);
     pthread_mutex_unlock(&pool->lock);
     *out = (void *)b->addr;
     return GM_OK;
@@ -1136,7 +1146,7 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
     note_stream_for_sync(pool, stream);
     block_freed_locked(pool, b, stream);
     if (GM_DEBUG >= 3)
-        assert(pool_check_locked(pool) == GM_OK);
+        debug_validate_locked(pool);
     pthread_mutex_unlock(&pool->lock);
     return GM_OK;
 }
