@@ -298,9 +298,13 @@ void *gm_torch_alloc(ssize_t size, int device, cudaStream_t stream)
     void *p = NULL;
     gm_status st = gm_alloc(pool, (size_t)size, (gm_stream)stream, &p);
     if (st != GM_OK) {
-        /* gm_last_error's text is this thread's copy: take it before any other gpumem call. */
-        set_error(s, "gpumem_torch: device %d: %s: %s", device, gm_status_str(st),
-                  gm_last_error(pool));
+        /* gm_last_error's text is this thread's copy: take it before any other gpumem call.
+         * An out-of-memory message already starts with "out of memory". */
+        const char *why = gm_last_error(pool);
+        if (st == GM_ERR_OUT_OF_MEMORY && why[0])
+            set_error(s, "gpumem_torch: device %d: %s", device, why);
+        else
+            set_error(s, "gpumem_torch: device %d: %s: %s", device, gm_status_str(st), why);
         return NULL;
     }
     return p;
