@@ -159,7 +159,7 @@ static void json_put(json_out *j, const char *fmt, ...)
 static const char *block_state(const gm_block *b)
 {
     return block_is_free(b)                ? "free"
-           : (b->flags & BLOCK_CACHED)     ? "cached"
+           : (b->flags & (BLOCK_CACHED | BLOCK_THREAD)) ? "cached"
            : (b->flags & BLOCK_PENDING)    ? "pending"
                                            : "live";
 }
