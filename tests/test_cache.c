@@ -190,6 +190,22 @@ static void test_cross_stream(int stream_wait)
     gm_backend_destroy(be);
 }
 
+typedef struct snap_buf {
+    char *buf;
+    size_t len, cap;
+} snap_buf;
+
+static int snap_write(void *user, const char *data, size_t len)
+{
+    snap_buf *s = user;
+    if (s->len + len + 1 > s->cap)
+        return 1;
+    memcpy(s->buf + s->len, data, len);
+    s->len += len;
+    s->buf[s->len] = '\0';
+    return 0;
+}
+
 static void test_thread_cache(void)
 {
     gm_backend *be = sim_new(0);
@@ -210,6 +226,11 @@ static void test_thread_cache(void)
     CHECK_EQ_U(st.live_bytes, 0);
     CHECK_EQ_U(st.peak_live_bytes, 100 * KiB);
     CHECK_EQ_U(st.cached_blocks, 1);
+    char json[8192];
+    snap_buf sb = {json, 0, sizeof json};
+    CHECK_OK(gm_pool_snapshot(p, snap_write, &sb));
+    CHECK_STR_CONTAINS(json, "\"state\":\"cached\"");
+    CHECK(strstr(json, "\"state\":\"live\"") == NULL);
     CHECK_OK(gm_pool_check(p));
     CHECK_OK(gm_trim(p, 0)); /* empties the thread caches too */
     st = stats_of(p);
