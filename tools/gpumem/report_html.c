@@ -210,7 +210,7 @@ static const char SCRIPT[] =
     "var NS='http://www.w3.org/2000/svg';\n"
     "function el(n,a,p){var e=document.createElementNS(NS,n);for(var k in a)e.setAttribute(k,a[k]);"
     "if(p)p.appendChild(e);return e;}\n"
-    "var COLORS={allocated:'#1f77b4',live:'#1f77b4',free:'#d9d9d9'};\n"
+    "var COLORS={allocated:'#1f77b4',live:'#1f77b4',free:'#d9d9d9',cached:'#98df8a',pending:'#ff7f0e'};\n"
     "var MAX_SEGMENTS=400,W=1000,LABEL=290,ROW=18;\n"
     "function drawMap(div){\n"
     " var snap=JSON.parse(document.getElementById(div.dataset.snapshot).textContent);\n"
@@ -270,7 +270,7 @@ int report_html(const char *path, const trace *const *traces, const replay_resul
         timelines(f, traces[i], results[i]);
         fprintf(f, "<h3>Segments and blocks at peak live (op %zu)</h3>\n<p class=\"note\">One row "
                 "per segment, scaled to the largest (a VMM arena up to its mapped or used extent); "
-                "blue: allocated, grey: free, orange: other states (hover for details).</p>\n"
+                "blue: live, grey: free, green: cached (freed, kept for reuse), orange: pending (waiting for another stream; hover for details).</p>\n"
                 "<div class=\"map\" data-snapshot=\"snapshot-%zu\"></div>\n", traces[i]->n_ops ? traces[i]->peak_op + 1 : 0, i);
         snapshot_island(f, i, results[i]);
         fputs("</section>\n", f);
