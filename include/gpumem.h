@@ -294,7 +294,7 @@ typedef struct gm_config {
                                         reserved/live reach 1.30 (docs/cache.md) */
     unsigned thread_cache_blocks;    /* blocks each thread keeps for the lock-free fast path
                                         (at most 64, of up to 16 MiB each, 64 MiB in all);
-                                        0 = 32; GM_THREAD_CACHE_OFF turns it off */
+                                        0 = 64; GM_THREAD_CACHE_OFF turns it off */
 
     /* Streams. */
     int stream_wait; /* nonzero: a cached block freed on stream S may go to stream T at once,

@@ -278,7 +278,7 @@ static gm_status resolve_config(const gm_backend *be, const gm_config *in, gm_co
             c->cache_evict[k] = GM_EVICT_LRU;
     }
     if (!c->thread_cache_blocks)
-        c->thread_cache_blocks = 32;
+        c->thread_cache_blocks = 64;
     if (!c->fixed_block_bytes)
         c->fixed_block_bytes = 1 * MIB;
     if (!c->fixed_reserve_blocks)

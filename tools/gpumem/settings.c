@@ -93,7 +93,7 @@ static const setting settings[] = {
      "cap on cached bytes, absolute"},
     {"cache_cap_live_ratio", SET_RATIO, POOL(cache_cap_live_ratio), "0.02",
      "cached bytes stay below this x the bytes of live blocks (floor 32 MiB)"},
-    {"thread_cache_blocks", SET_UNSIGNED, POOL(thread_cache_blocks), "32",
+    {"thread_cache_blocks", SET_UNSIGNED, POOL(thread_cache_blocks), "64",
      "blocks each thread keeps for the lock-free fast path (4294967295 = off)"},
     {"stream_wait", SET_BOOL, POOL(stream_wait), "false",
      "hand cached blocks to another stream at once, making it wait for the event"},
