@@ -1,22 +1,24 @@
 /*
- * The pool: gpumem's front door (DESIGN.md §2).
+ * The pool: gpumem's front door (DESIGN.md §2; the flow in full: docs/cache.md).
  *
- * gm_alloc:  round the size -> the stream's heap -> small or large arena -> strategy fit
- *            -> (miss) grow the arena -> (device full) release free memory and retry -> OOM.
- * gm_free:   live map lookup -> if no other stream used the block, back to the strategy at
- *            once (coalescing with free neighbours); otherwise record an event on each other
- *            stream and keep the block pending until they have all completed.
+ * gm_alloc:  this thread's cache (tcache.c, no pool lock) -> route and round -> the pool's
+ *            cache (cache.c) -> the stream's heap -> arena -> strategy fit -> (miss) evict the
+ *            arena's cached blocks, then the threads' -> grow the arena -> (device or cap full)
+ *            the out-of-memory ladder -> GM_ERR_OUT_OF_MEMORY with the full message.
+ * gm_free:   this thread's cache if only its stream used the block (no pool lock); else the
+ *            sharded live map -> pending behind events while other streams may still use it ->
+ *            the pool's cache, tagged with the freeing stream -> evicted to its strategy.
  *
- * Streams (DESIGN.md §3). Free memory is owned by the heap of the stream that allocated it, so a
- * block freed on its own stream is reused at once by later work on that stream and never by
- * another stream (PyTorch's rule); gm_record_stream and a free on a foreign stream defer reuse
- * behind events. Cross-stream reuse after an event has completed is the caching layer's job.
+ * Streams (DESIGN.md §3). A freed block goes to later work on its stream at once and to another
+ * stream only after an event on its stream has completed (or with that stream made to wait).
+ * Memory on a strategy's free lists belongs to the heap of one stream and goes only to it.
  *
- * One mutex guards a pool; every function named *_locked runs under it. Errors leave the pool
- * as it was, record their message, and reach the error callback after the lock is dropped.
+ * One mutex guards a pool; every function named *_locked runs under it. The fast path takes
+ * only one live-map shard's spin lock (lock order: pool, then shard). Errors leave the pool as
+ * it was, record their message, and reach the error callback after the lock is dropped.
  *
- * Bounds: alloc and free are O(1) when served from reserved memory (TLSF, hash map); growth and
- * release make device calls; VMM work is O(pages covered by the block).
+ * Bounds: alloc and free are O(1) when served from reserved memory (caches, TLSF, hash map);
+ * growth and release make device calls; VMM work is O(pages covered by the block).
  */
 #include "internal.h"
 #include "strategy.h"
