@@ -1,16 +1,20 @@
 /*
  * Internal types shared by the pool layers (docs/architecture.md).
  *
- *   gm_pool ─┬─ heaps[] (one per stream that allocated: PyTorch's rule that free memory is
- *            │           reused at once only by its own stream)
+ *   gm_pool ─┬─ heaps[] (one per stream that allocated: PyTorch's rule that a strategy's free
+ *            │           memory is reused at once only by its own stream)
  *            │    └─ arenas[SMALL, LARGE] ─ one strategy instance (strategy.h) over its spans
  *            │          └─ spans: plain segments, or one VMM virtual range with a page table
- *            ├─ live map: address → block, for gm_free in O(1)
+ *            ├─ live map: address → block in 64 spin-locked shards, for gm_free in O(1)
+ *            ├─ cache: freed blocks by size bucket, tagged with their stream (cache.c)
+ *            ├─ tcaches: each thread's lock-free cache of blocks it freed (tcache.c)
  *            └─ pending: blocks freed while other streams may still use them (events)
  *
  * A block is a host-side record of a contiguous device range inside one span. Blocks of a span
- * tile it exactly, in address order (phys_prev/phys_next). Free blocks are in the strategy's
- * free lists; live blocks are in the live map. Nothing is ever written to device memory.
+ * tile it exactly, in address order (phys_prev/phys_next). A block is in exactly one place: the
+ * strategy's free lists (BLOCK_FREE), the live map (live), the cache (BLOCK_CACHED), a thread's
+ * cache (BLOCK_THREAD) or the pending list (BLOCK_PENDING). Nothing is ever written to device
+ * memory.
  */
 #ifndef GM_INTERNAL_H
 #define GM_INTERNAL_H
