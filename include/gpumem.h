@@ -313,6 +313,11 @@ typedef struct gm_config {
 
     gm_error_fn error_callback; /* NULL = none */
     void *error_user;
+
+    /* Defragmentation (docs/defrag.md). */
+    double defrag_threshold; /* gm_defrag_maybe works only when the fragmentation rate
+                                (1 - largest_free / total_free) exceeds this; in (0, 1];
+                                0 = 0.30, the design document's trigger */
 } gm_config;
 
 /* ---------------------------------------------------------------------------------------------
@@ -364,6 +369,84 @@ GM_API gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream);
 GM_API gm_status gm_trim(gm_pool *pool, size_t keep_bytes);
 
 /* ---------------------------------------------------------------------------------------------
+ * Movable blocks and defragmentation (docs/defrag.md)
+ *
+ * A movable block is reached through a handle; compaction may copy it to another address
+ * (on the stream given to the step), so its address must be read again with gm_handle_ptr after
+ * any defragmentation step, and a block that queued work still addresses must be pinned.
+ * Plain gm_alloc blocks never move. A handle is an opaque cookie, never dereferenced by the
+ * library: a stale or foreign handle is detected and reported, not undefined behaviour (a
+ * handle slot is reused after 2^24 frees of it; a stale handle that old may alias).
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gm_handle gm_handle;
+
+/* Allocate a movable block of `size` bytes for work on `stream` (as gm_alloc) and return its
+ * handle in *out; the block starts unpinned. Movable blocks bypass the thread caches.
+ * Fails: as gm_alloc; GM_ERR_HOST_MEMORY also when 2^24 - 1 movable blocks are live.
+ * Thread-safe. */
+GM_API gm_status gm_alloc_movable(gm_pool *pool, size_t size, gm_stream stream, gm_handle **out);
+
+/* The block's current device address. Valid until the next defragmentation step (any
+ * gm_defrag_step / gm_defrag_maybe on the pool, or an allocation that reaches the
+ * out-of-memory ladder) unless the block is pinned. Fails: GM_ERR_INVALID_ARGUMENT (NULL),
+ * GM_ERR_UNKNOWN_POINTER (a handle of another pool, or one already freed). O(1). */
+GM_API gm_status gm_handle_ptr(gm_pool *pool, const gm_handle *h, void **out);
+
+/* Pin / unpin. Pins are counted: the block never moves while the count is above zero.
+ * gm_unpin of an unpinned handle fails with GM_ERR_INVALID_ARGUMENT. Other failures as
+ * gm_handle_ptr. O(1). Thread-safe. */
+GM_API gm_status gm_pin(gm_pool *pool, gm_handle *h);
+GM_API gm_status gm_unpin(gm_pool *pool, gm_handle *h);
+
+/* Free the block of handle `h` on `stream` (as gm_free; pins are dropped) and retire the
+ * handle. A movable block must be freed this way: gm_free of its address fails with
+ * GM_ERR_INVALID_ARGUMENT. Fails: GM_ERR_INVALID_ARGUMENT (pool or h NULL),
+ * GM_ERR_DOUBLE_FREE (the handle was already freed), GM_ERR_UNKNOWN_POINTER (not a handle of
+ * this pool). Thread-safe. */
+GM_API gm_status gm_free_handle(gm_pool *pool, gm_handle *h, gm_stream stream);
+
+/* Called for every block compaction moves, after the copy was queued: `old_ptr` and `new_ptr`
+ * are device addresses, `size` the bytes the program asked for. It runs UNDER THE POOL LOCK
+ * (possibly inside a gm_alloc that reached the out-of-memory ladder, on that thread): it must
+ * return quickly and must not call into the pool. */
+typedef void (*gm_relocate_fn)(void *user, void *old_ptr, void *new_ptr, size_t size);
+
+/* Replace the relocation callback (NULL removes it). Thread-safe. */
+GM_API gm_status gm_pool_set_relocate_callback(gm_pool *pool, gm_relocate_fn fn, void *user);
+
+typedef struct gm_defrag_result {
+    uint64_t bytes_moved;       /* bytes copied (the requested bytes of each moved block) */
+    uint64_t blocks_moved;
+    uint64_t steps;             /* compaction passes made: 0 or 1 */
+    uint64_t segments_released; /* plain segments given back to the device afterwards */
+    uint64_t bytes_released;    /* reserved bytes given back (segments and VMM pages) */
+    uint64_t copy_time_ns;      /* device time charged to the copies (simulated on sim) */
+} gm_defrag_result;
+
+/* Default byte budget of one step (max_bytes 0): about 150 us of copying on an H200. */
+#define GM_DEFRAG_DEFAULT_BUDGET ((size_t)256 << 20)
+
+/* One incremental compaction step, for a gap between kernel launches. It first hands every
+ * cached block (the pool's cache and every thread's) back to its strategy so that free
+ * neighbours coalesce; then it moves unpinned movable blocks that were allocated on `stream`
+ * and used by no other stream (gm_record_stream), highest address first, each into the lowest
+ * free block below it that fits, copying at most `max_bytes` (0 = GM_DEFRAG_DEFAULT_BUDGET;
+ * a block larger than the budget is not moved). Copies are queued in order on `stream`: work
+ * queued later on `stream` sees each block at its new address. Then wholly free segments are
+ * released and idle VMM pages unmapped. Moves happen only in arenas of the tlsf strategy (the
+ * default, and the large arena of fixed and auto). `out` may be NULL.
+ * Fails: GM_ERR_INVALID_ARGUMENT (pool NULL), GM_ERR_BACKEND (a copy failed: the blocks moved
+ * before it stay moved and counted in *out, the failed one stays where it was).
+ * O(movable blocks x blocks of the arena). Thread-safe. */
+GM_API gm_status gm_defrag_step(gm_pool *pool, gm_stream stream, size_t max_bytes,
+                                gm_defrag_result *out);
+
+/* gm_defrag_step, but only when the pool's fragmentation rate exceeds
+ * gm_config.defrag_threshold; otherwise it does nothing and *out is zero. */
+GM_API gm_status gm_defrag_maybe(gm_pool *pool, gm_stream stream, size_t max_bytes,
+                                 gm_defrag_result *out);
+
+/* ---------------------------------------------------------------------------------------------
  * Statistics and inspection
  * ------------------------------------------------------------------------------------------- */
 
@@ -401,6 +484,14 @@ typedef struct gm_stats {
     uint64_t thread_cache_hits; /* allocations served by a thread's lock-free cache */
     uint64_t cross_stream_reuses; /* cached blocks handed to a stream other than their own */
     uint64_t oom_ladder[5];      /* allocations that reached ladder step 1..5 */
+
+    /* Movable blocks and defragmentation (docs/defrag.md). */
+    size_t movable_live_blocks;  /* live blocks allocated with gm_alloc_movable */
+    size_t pinned_live_blocks;   /* of those, blocks with a pin count above zero */
+    uint64_t defrag_steps;       /* compaction passes: gm_defrag_step, gm_defrag_maybe that
+                                    ran, and out-of-memory ladder step 3 */
+    uint64_t defrag_blocks_moved;
+    uint64_t defrag_bytes_moved; /* bytes copied by compaction */
 } gm_stats;
 
 /* Fill *out. Fragmentation fields walk every free block: O(blocks). Thread-safe. */
@@ -421,7 +512,8 @@ typedef int (*gm_write_fn)(void *user, const char *data, size_t len);
 GM_API gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user);
 
 /* Validate every invariant the pool relies on (free lists against bitmaps, block sums against
- * segment sizes, no two adjacent free blocks, counters against a recount, page maps).
+ * segment sizes, no two adjacent free blocks, counters against a recount, page maps, every
+ * movable live block owned by exactly one handle, pin counts).
  * Returns GM_OK, or GM_ERR_CORRUPT with the first broken invariant in gm_last_error.
  * O(blocks). Thread-safe. */
 GM_API gm_status gm_pool_check(gm_pool *pool);

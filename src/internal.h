@@ -64,6 +64,7 @@ typedef struct gm_block {
     gm_event cache_event;     /* cached: event recorded on `tag` for another stream, or 0 */
     gm_stream *extra_streams; /* streams added by gm_record_stream (heap array) */
     uint32_t extra_count;
+    uint32_t handle;        /* movable blocks (live): handle slot + 1 (defrag.c); 0 = plain */
     _Atomic uint32_t flags; /* atomic: the lock-free path flips BLOCK_THREAD while the pool
                                lock holder may read a neighbour's flags */
 } gm_block;
@@ -163,6 +164,15 @@ typedef struct live_shard {
 
 typedef struct gm_tcache gm_tcache;
 
+/* A movable block's handle (defrag.c): the public gm_handle * is a cookie that encodes the
+ * pool's tag, the slot index and the slot's generation; it is never dereferenced. */
+typedef struct handle_slot {
+    gm_block *block; /* NULL: the slot is free */
+    uint32_t gen;    /* bumped when the handle is freed: stale cookies no longer match */
+    uint32_t pins;
+    uint32_t next_free;
+} handle_slot;
+
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -219,9 +229,16 @@ struct gm_pool {
     uint64_t device_time_ns;
 
     gm_cache cache;
-    /* Ladder step 3: try to make `bytes` contiguous; true if it did anything. NULL until the
-     * defragmentation layer is built. */
-    bool (*defrag_hook)(gm_pool *pool, size_t bytes);
+    /* Ladder step 3: try to make `bytes` contiguous in arena a by compaction (defrag.c); true
+     * if it moved anything. */
+    bool (*defrag_hook)(gm_pool *pool, gm_arena *a, size_t bytes);
+    /* Movable blocks (defrag.c), under lock. */
+    handle_slot *handles;
+    uint32_t handle_cap, handle_free; /* free slot list head; UINT32_MAX = none */
+    size_t movable_live, pinned_live;
+    uint64_t defrag_steps, defrag_blocks, defrag_bytes;
+    gm_relocate_fn relocate_fn;
+    void *relocate_user;
     uint64_t cross_stream_reuses;
     uint64_t oom_ladder[5];
     uint64_t call_t0; /* device clock at the start of the device call in progress */
@@ -247,6 +264,29 @@ void pool_event_put_locked(gm_pool *pool, gm_event ev);
 /* An evicted cached block goes back to its strategy (behind an event if another stream last
  * used it). */
 void cache_release_block_locked(gm_pool *pool, gm_block *b);
+
+/* The locked allocation path of gm_alloc (after the thread cache): the block is live and in
+ * the live map, with b->handle = `handle`, when it returns GM_OK. Unlocks nothing. */
+gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32_t handle,
+                            gm_block **out);
+/* Take a live block out of the live map and free it on `stream` (gm_free's locked path). */
+void pool_free_block_locked(gm_pool *pool, gm_block *b, gm_stream stream);
+/* Every cached block (the threads', the pool's) back to its strategy; pending frees whose
+ * events completed finish. Never waits for the device. */
+void pool_evict_caches_locked(gm_pool *pool);
+/* A block taken from its strategy goes back: pages dropped (VMM), merged, filed; a wholly free
+ * plain segment is released at once under GM_RELEASE_EAGER. */
+void block_release_locked(gm_pool *pool, gm_block *b);
+/* Undo a take whose pages were not acquired: the block is free and filed again. */
+void block_untake_locked(gm_pool *pool, gm_block *b);
+
+/* --- defrag.c --- */
+void defrag_init(gm_pool *pool);    /* install the ladder hook */
+void defrag_fini(gm_pool *pool);    /* free the handle table */
+/* gm_pool_check's part: every used handle slot points at a live block that points back; the
+ * movable and pinned counters match; `movable_in_spans` live blocks with a handle were found
+ * by the span walk (which checked that each one's slot points back at it). */
+gm_status defrag_check_locked(gm_pool *pool, size_t movable_in_spans);
 
 /* --- tcache.c: per-thread lock-free caches --- */
 typedef struct pool_totals {

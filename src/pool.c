@@ -285,6 +285,8 @@ static gm_status resolve_config(const gm_backend *be, const gm_config *in, gm_co
         c->fixed_block_bytes = 1 * MIB;
     if (!c->fixed_reserve_blocks)
         c->fixed_reserve_blocks = 16;
+    if (c->defrag_threshold == 0.0)
+        c->defrag_threshold = 0.30;
 
     const char *bad = NULL;
     if ((unsigned)c->strategy >= GM_STRATEGY_COUNT)
@@ -326,6 +328,8 @@ static gm_status resolve_config(const gm_backend *be, const gm_config *in, gm_co
                                                           c->fixed_reserve_blocks)
         bad = "fixed_block_bytes must be a multiple of 512, and fixed_block_bytes x "
               "fixed_reserve_blocks must fit in a size";
+    else if (!(c->defrag_threshold > 0.0 && c->defrag_threshold <= 1.0))
+        bad = "defrag_threshold must be in [0, 1] (0 = 0.30)";
     if (bad) {
         snprintf(why, why_len, "gm_pool_create: invalid config: %s", bad);
         return GM_ERR_INVALID_ARGUMENT;
@@ -467,11 +471,12 @@ void block_merge_next_locked(gm_pool *pool, gm_block *b)
 }
 
 /* Mark a taken block free again and return it to the free lists (no page bookkeeping). */
-static void block_untake_locked(gm_pool *pool, gm_block *b)
+void block_untake_locked(gm_pool *pool, gm_block *b)
 {
     gm_span *s = b->span;
     b->flags = BLOCK_FREE;
     b->requested = 0;
+    b->handle = 0;
     free(b->extra_streams);
     b->extra_streams = NULL;
     b->extra_count = 0;
@@ -480,7 +485,7 @@ static void block_untake_locked(gm_pool *pool, gm_block *b)
 }
 
 /* Return a no-longer-used block to its arena, then apply the eager release policy. */
-static void block_release_locked(gm_pool *pool, gm_block *b)
+void block_release_locked(gm_pool *pool, gm_block *b)
 {
     gm_span *s = b->span;
     if (s->vmm)
@@ -664,6 +669,14 @@ static void flush_thread_caches_locked(gm_pool *pool)
     (void)tcache_reclaim_locked(pool);
 }
 
+void pool_evict_caches_locked(gm_pool *pool)
+{
+    flush_thread_caches_locked(pool);
+    cache_evict_locked(pool, SIZE_MAX);
+    if (pool->pending)
+        process_pending_locked(pool);
+}
+
 /* Empty the cache and the pending list as far as the device allows: evict, wait for the streams
  * that freed memory, finish pending frees (which may refill the cache), again. */
 static void drain_locked(gm_pool *pool)
@@ -812,6 +825,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     for (int i = 0; i < LIVE_SHARDS; i++)
         atomic_flag_clear(&pool->shards[i].lock);
     pthread_mutex_init(&pool->lock, NULL);
+    defrag_init(pool);
     for (int k = 0; k < ARENA_COUNT; k++) { /* arenas that only answer grant() */
         gm_arena *ga = &pool->grant_arenas[k];
         ga->kind = k;
@@ -913,6 +927,7 @@ static void pool_teardown(gm_pool *pool)
     free(pool->heaps);
     free(pool->events);
     free(pool->synced_streams);
+    defrag_fini(pool);
     pthread_mutex_destroy(&pool->lock);
     if (tls_error_pool == pool)
         tls_error_pool = NULL;
@@ -1007,7 +1022,7 @@ static gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size, size
     if ((st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
         return st;
     pool->oom_ladder[2]++;
-    if (pool->defrag_hook && pool->defrag_hook(pool, granted) &&
+    if (pool->defrag_hook && pool->defrag_hook(pool, a, granted) &&
         (st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
         return st;
     pool->oom_ladder[3]++;
@@ -1029,6 +1044,62 @@ static gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size, size
     return GM_ERR_OUT_OF_MEMORY;
 }
 
+gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32_t handle,
+                            gm_block **out)
+{
+    if (size == 0)
+        return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
+                                "gm_alloc: size 0 is not a valid request");
+    if (pool->pending)
+        process_pending_locked(pool);
+    gm_heap *h = heap_of_locked(pool, stream, true);
+    if (!h)
+        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (heap)");
+    const char *refused = "the configuration refuses this size";
+    int kind = strategy_route(pool, size, &refused);
+    if (kind < 0)
+        return fail_oom_locked(pool, size, stream, refused);
+    gm_arena *a = &h->arenas[kind];
+    size_t granted = a->ops->grant(pool, a, size);
+    size_t capacity = pool->backend->caps.capacity;
+    if (!granted || granted > capacity || granted > pool->limit)
+        return fail_oom_locked(pool, size, stream,
+                               granted && granted <= capacity
+                                   ? "the request exceeds the reserve limit"
+                                   : "the request exceeds device capacity");
+    gm_block *b = cache_take_locked(pool, granted, stream);
+    gm_status st = b ? GM_OK : arena_alloc_locked(pool, a, granted, &b);
+    if (st == GM_ERR_OUT_OF_MEMORY)
+        st = oom_ladder_locked(pool, a, size, granted, stream, &b);
+    if (st == GM_ERR_OUT_OF_MEMORY)
+        return fail_oom_locked(pool, size, stream,
+                               pool->reserved_bytes + granted > pool->limit
+                                   ? "the reserve limit is reached"
+                                   : "the device is full");
+    if (st != GM_OK) {
+        if (!pool->error_text[0] || st == GM_ERR_BACKEND)
+            pool_fail_locked(pool, st, "gm_alloc: device call failed: %s",
+                             gm_backend_last_error());
+        return st;
+    }
+    b->flags = 0;
+    b->handle = handle;
+    b->tag = stream;
+    b->requested = size;
+    live_shard *sh = shard_of(pool, b->addr);
+    spin_lock(&sh->lock);
+    bool filed = bmap_insert(&sh->map, b);
+    spin_unlock(&sh->lock);
+    if (!filed) {
+        block_release_locked(pool, b);
+        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (map)");
+    }
+    note_live(pool, b, true);
+    pool->alloc_count++;
+    *out = b;
+    return GM_OK;
+}
+
 gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
 {
     if (!pool || !out)
@@ -1039,56 +1110,10 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
         tcache_register(pool); /* no-op once this thread has a cache */
     }
     pthread_mutex_lock(&pool->lock);
-    if (size == 0)
-        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
-                                                  "gm_alloc: size 0 is not a valid request"));
-    if (pool->pending)
-        process_pending_locked(pool);
-    gm_heap *h = heap_of_locked(pool, stream, true);
-    if (!h)
-        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
-                                                  "gm_alloc: host memory exhausted (heap)"));
-    const char *refused = "the configuration refuses this size";
-    int kind = strategy_route(pool, size, &refused);
-    if (kind < 0)
-        return pool_unlock(pool, fail_oom_locked(pool, size, stream, refused));
-    gm_arena *a = &h->arenas[kind];
-    size_t granted = a->ops->grant(pool, a, size);
-    size_t capacity = pool->backend->caps.capacity;
-    if (!granted || granted > capacity || granted > pool->limit)
-        return pool_unlock(pool, fail_oom_locked(pool, size, stream,
-                                                 granted && granted <= capacity
-                                                     ? "the request exceeds the reserve limit"
-                                                     : "the request exceeds device capacity"));
-    gm_block *b = cache_take_locked(pool, granted, stream);
-    gm_status st = b ? GM_OK : arena_alloc_locked(pool, a, granted, &b);
-    if (st == GM_ERR_OUT_OF_MEMORY)
-        st = oom_ladder_locked(pool, a, size, granted, stream, &b);
-    if (st == GM_ERR_OUT_OF_MEMORY)
-        return pool_unlock(pool, fail_oom_locked(pool, size, stream,
-                                                 pool->reserved_bytes + granted > pool->limit
-                                                     ? "the reserve limit is reached"
-                                                     : "the device is full"));
-    if (st != GM_OK) {
-        if (!pool->error_text[0] || st == GM_ERR_BACKEND)
-            pool_fail_locked(pool, st, "gm_alloc: device call failed: %s",
-                             gm_backend_last_error());
+    gm_block *b = NULL;
+    gm_status st = pool_alloc_locked(pool, size, stream, 0, &b);
+    if (st != GM_OK)
         return pool_unlock(pool, st);
-    }
-    b->flags = 0;
-    b->tag = stream;
-    b->requested = size;
-    live_shard *sh = shard_of(pool, b->addr);
-    spin_lock(&sh->lock);
-    bool filed = bmap_insert(&sh->map, b);
-    spin_unlock(&sh->lock);
-    if (!filed) {
-        block_release_locked(pool, b);
-        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
-                                                  "gm_alloc: host memory exhausted (map)"));
-    }
-    note_live(pool, b, true);
-    pool->alloc_count++;
     if (GM_DEBUG >= 3)
         debug_validate_locked(pool);
     pthread_mutex_unlock(&pool->lock);
@@ -1136,21 +1161,32 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
                                                   "gm_free: NULL is not a block"));
     live_shard *sh = shard_of(pool, addr);
     spin_lock(&sh->lock);
-    size_t j = bmap_find(&sh->map, addr);
-    gm_block *b = j == SIZE_MAX ? NULL : sh->map.slots[j];
-    if (b)
-        bmap_erase(&sh->map, j);
+    gm_block *b = bmap_lookup(&sh->map, addr);
     spin_unlock(&sh->lock);
     if (!b)
         return pool_unlock(pool, diagnose_bad_free_locked(pool, addr, "gm_free"));
-    note_live(pool, b, false);
-    pool->free_count++;
-    note_stream_for_sync(pool, stream);
-    block_freed_locked(pool, b, stream);
+    if (b->handle)
+        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
+                                                  "gm_free: %p is a movable block: free it with "
+                                                  "gm_free_handle", ptr));
+    pool_free_block_locked(pool, b, stream);
     if (GM_DEBUG >= 3)
         debug_validate_locked(pool);
     pthread_mutex_unlock(&pool->lock);
     return GM_OK;
+}
+
+void pool_free_block_locked(gm_pool *pool, gm_block *b, gm_stream stream)
+{
+    live_shard *sh = shard_of(pool, b->addr);
+    spin_lock(&sh->lock);
+    bmap_erase(&sh->map, bmap_find(&sh->map, b->addr));
+    b->handle = 0;
+    spin_unlock(&sh->lock);
+    note_live(pool, b, false);
+    pool->free_count++;
+    note_stream_for_sync(pool, stream);
+    block_freed_locked(pool, b, stream);
 }
 
 gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream)

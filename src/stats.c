@@ -111,6 +111,11 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
     out->thread_cache_hits = t.thread_hits + pool->thread_hits_folded;
     out->cross_stream_reuses = pool->cross_stream_reuses;
     memcpy(out->oom_ladder, pool->oom_ladder, sizeof out->oom_ladder);
+    out->movable_live_blocks = pool->movable_live;
+    out->pinned_live_blocks = pool->pinned_live;
+    out->defrag_steps = pool->defrag_steps;
+    out->defrag_blocks_moved = pool->defrag_blocks;
+    out->defrag_bytes_moved = pool->defrag_bytes;
 }
 
 gm_status gm_pool_stats(gm_pool *pool, gm_stats *out)
@@ -238,6 +243,7 @@ gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
 
 typedef struct recount {
     size_t live, allocated, live_blocks, pending, pending_bytes, free_blocks, reserved, cached;
+    size_t movable;
     size_t thread;
 } recount;
 
@@ -270,6 +276,12 @@ static gm_status check_span(gm_pool *pool, const gm_span *s, uint32_t *users, re
             if (b->requested == 0 || b->requested > b->size)
                 return CORRUPT("live block 0x%" PRIxPTR " requested %zu of %zu", b->addr,
                                b->requested, b->size);
+            if (b->handle) {
+                if (b->handle > pool->handle_cap || pool->handles[b->handle - 1].block != b)
+                    return CORRUPT("movable block 0x%" PRIxPTR " and its handle %u disagree",
+                                   b->addr, b->handle - 1);
+                rc->movable++;
+            }
             rc->live += b->requested;
             rc->allocated += b->size;
             rc->live_blocks++;
@@ -399,7 +411,7 @@ gm_status pool_check_locked(gm_pool *pool)
     if (fs.total != pool->reserved_bytes - t.allocated_bytes - rc.pending_bytes)
         return CORRUPT("free bytes %zu != reserved %zu - allocated %zu - pending %zu", fs.total,
                        pool->reserved_bytes, t.allocated_bytes, rc.pending_bytes);
-    return GM_OK;
+    return defrag_check_locked(pool, rc.movable);
 }
 
 gm_status gm_pool_check(gm_pool *pool)

@@ -17,6 +17,10 @@
  *   take             remove a free block of exactly `granted` bytes from the free structures,
  *                    splitting as the strategy does; NULL if none fits (the pool then grows)
  *   give             a block just freed (flags BLOCK_FREE) returns: merge and file it
+ *   take_at          (optional; NULL = the strategy cannot place at a chosen address) remove
+ *                    the filed free block `fb` and return a block of exactly `granted` bytes at
+ *                    fb's address, filing the rest; NULL if host memory is exhausted.
+ *                    Compaction (defrag.c) moves blocks only in arenas that have it
  *   check            validate the free structures; count the free blocks filed
  */
 #ifndef GM_STRATEGY_H
@@ -34,6 +38,7 @@ struct strategy_ops {
     void (*remove_span)(gm_pool *pool, gm_arena *a, gm_span *s);
     gm_block *(*take)(gm_pool *pool, gm_arena *a, size_t granted);
     void (*give)(gm_pool *pool, gm_arena *a, gm_block *b);
+    gm_block *(*take_at)(gm_pool *pool, gm_arena *a, gm_block *fb, size_t granted);
     gm_status (*check)(gm_pool *pool, const gm_arena *a, size_t *free_blocks, char *why,
                        size_t why_len);
 };

@@ -199,12 +199,9 @@ static void tlsf_remove_span(gm_pool *pool, gm_arena *a, gm_span *s)
     tlsf_remove(a->state, s->first);
 }
 
-static gm_block *tlsf_take(gm_pool *pool, gm_arena *a, size_t size)
+/* Remove free block b (filed) and return its front `size` bytes, filing the rest. */
+static gm_block *tlsf_carve(gm_pool *pool, tlsf *t, gm_block *b, size_t size)
 {
-    tlsf *t = a->state;
-    gm_block *b = tlsf_find(t, size);
-    if (!b)
-        return NULL;
     tlsf_remove(t, b);
     if (b->size - size >= BLOCK_ALIGN) {
         gm_block *rest = block_split_locked(pool, b, size);
@@ -215,6 +212,18 @@ static gm_block *tlsf_take(gm_pool *pool, gm_arena *a, size_t size)
         tlsf_insert(t, rest);
     }
     return b;
+}
+
+static gm_block *tlsf_take(gm_pool *pool, gm_arena *a, size_t size)
+{
+    tlsf *t = a->state;
+    gm_block *b = tlsf_find(t, size);
+    return b ? tlsf_carve(pool, t, b, size) : NULL;
+}
+
+static gm_block *tlsf_take_at(gm_pool *pool, gm_arena *a, gm_block *fb, size_t size)
+{
+    return fb->size >= size ? tlsf_carve(pool, a->state, fb, size) : NULL;
 }
 
 static void tlsf_give(gm_pool *pool, gm_arena *a, gm_block *b)
@@ -258,5 +267,6 @@ const strategy_ops tlsf_strategy = {
     .remove_span = tlsf_remove_span,
     .take = tlsf_take,
     .give = tlsf_give,
+    .take_at = tlsf_take_at,
     .check = tlsf_check_arena,
 };

@@ -1,0 +1,499 @@
+/*
+ * Defragmentation, part 1: movable blocks and their compaction (docs/defrag.md, DESIGN.md §3).
+ *
+ * Handles. gm_alloc_movable files a live block like gm_alloc and gives it a slot in the pool's
+ * handle table; the block records the slot (gm_block.handle = index + 1) and the slot the block.
+ * The public gm_handle * is a 64-bit cookie: pool tag (16 bits) | slot generation (24) | index
+ * + 1 (24). It is decoded, never dereferenced, so a foreign, stale or doubly freed handle gets a
+ * status instead of undefined behaviour. Freeing bumps the slot's generation.
+ *
+ * Compaction step (gm_defrag_step), under the pool lock:
+ *   1. every cached block goes back to its strategy (the threads' caches with the world
+ *      stopped, the pool's cache, completed pending frees), so free neighbours coalesce;
+ *   2. in each arena of the stream's heap whose strategy can place at a chosen address
+ *      (strategy_ops.take_at: tlsf), the candidates (live movable blocks, unpinned, used by no
+ *      other stream) are taken highest address first; each moves into the lowest free block
+ *      below it that fits (spans in address order), if its requested bytes fit in what is left
+ *      of the budget: take_at carves the target, VMM pages are acquired, the device copy is
+ *      queued on the stream, the live map is updated under the two shards' locks (in shard
+ *      order), the handle points at the new record, the old range goes back to the strategy
+ *      (coalescing), and the relocation callback runs;
+ *   3. wholly free plain segments of those arenas are released, idle VMM pages unmapped.
+ * Out-of-memory ladder step 3 runs 2 on the allocating arena without a budget and stops as
+ * soon as the arena has a free block of the requested size; only if it has none are wholly free
+ * segments released (so that the arena can grow).
+ *
+ * Invariants: a live block has a handle iff it is movable; slot.block->handle == index + 1 and
+ * the block is live (gm_pool_check: defrag_check_locked); movable_live / pinned_live count the
+ * used slots and those with pins; a pinned block, a plain block, and a block with extra streams
+ * never move; blocks move only to lower addresses inside their arena, so a step terminates.
+ *
+ * Stream order: the copy reads the old range and writes the new one on the step's stream, after
+ * the work queued before it; the old range is free to later work of the same stream at once
+ * (its heap belongs to that stream), and a segment or page is given back only after the stream
+ * was synchronized (note_stream_for_sync). Blocks of other streams' heaps are not moved by a
+ * step on this stream (part 1; docs/defrag.md).
+ *
+ * Bounds: handle calls O(1). A step: O(cached blocks) to evict, then O(C log C + C x B) for C
+ * candidates and B blocks of the arena (the target search walks the arena in address order),
+ * at most `budget` bytes copied.
+ */
+#include "internal.h"
+#include "strategy.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HANDLE_MASK ((1u << 24) - 1u)
+static_assert(sizeof(uintptr_t) >= sizeof(uint64_t), "handles are 64-bit cookies");
+
+static uint64_t pool_tag(const gm_pool *pool)
+{
+    return (pool->id & 0x7FFFu) | 0x8000u;
+}
+
+static gm_handle *encode(const gm_pool *pool, uint32_t index, uint32_t gen)
+{
+    uint64_t v = pool_tag(pool) << 48 | (uint64_t)(gen & HANDLE_MASK) << 24 | (index + 1u);
+    return (gm_handle *)(uintptr_t)v;
+}
+
+/* The slot of handle h, or a failure: not a handle of this pool, or already freed. */
+static gm_status lookup_locked(gm_pool *pool, const gm_handle *h, const char *fn, bool freeing,
+                               uint32_t *index)
+{
+    uint64_t v = (uint64_t)(uintptr_t)h;
+    uint32_t i = (uint32_t)(v & HANDLE_MASK), gen = (uint32_t)((v >> 24) & HANDLE_MASK);
+    if (!h)
+        return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT, "%s: the handle is NULL", fn);
+    if ((v >> 48) != pool_tag(pool) || i == 0 || i > pool->handle_cap)
+        return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
+                                "%s: %p is not a handle of this pool", fn, (const void *)h);
+    const handle_slot *sl = &pool->handles[i - 1];
+    if (sl->gen != gen || !sl->block)
+        return pool_fail_locked(pool, freeing ? GM_ERR_DOUBLE_FREE : GM_ERR_UNKNOWN_POINTER,
+                                "%s: handle %p was already freed%s", fn, (const void *)h,
+                                freeing ? " (double free)" : "");
+    *index = i - 1;
+    return GM_OK;
+}
+
+static gm_status slot_new_locked(gm_pool *pool, uint32_t *out)
+{
+    if (pool->handle_free == UINT32_MAX) {
+        uint32_t old = pool->handle_cap;
+        uint32_t cap = old ? (old > HANDLE_MASK / 2 ? HANDLE_MASK : old * 2) : 64;
+        handle_slot *v = cap > old ? realloc(pool->handles, cap * sizeof *v) : NULL;
+        if (!v)
+            return pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
+                                    "gm_alloc_movable: no handle slot left (%" PRIu32
+                                    " movable blocks live, or host memory exhausted)", old);
+        for (uint32_t i = cap; i-- > old;) {
+            v[i] = (handle_slot){NULL, 0, 0, pool->handle_free};
+            pool->handle_free = i;
+        }
+        pool->handles = v;
+        pool->handle_cap = cap;
+    }
+    uint32_t i = pool->handle_free;
+    pool->handle_free = pool->handles[i].next_free;
+    *out = i;
+    return GM_OK;
+}
+
+static void slot_put_locked(gm_pool *pool, uint32_t i)
+{
+    handle_slot *sl = &pool->handles[i];
+    sl->block = NULL;
+    sl->gen = (sl->gen + 1u) & HANDLE_MASK;
+    sl->pins = 0;
+    sl->next_free = pool->handle_free;
+    pool->handle_free = i;
+}
+
+/* ---------------------------------------------------------------- compaction */
+
+typedef struct defrag_run {
+    gm_stream stream;
+    size_t budget;   /* bytes that may still be copied */
+    size_t need;     /* OOM ladder: stop once the arena has a free block this large; 0 = no */
+    gm_status st;    /* the first failure, with its message recorded */
+    gm_defrag_result res;
+} defrag_run;
+
+static int span_by_base(const void *x, const void *y)
+{
+    uintptr_t a = (*(gm_span *const *)x)->base, b = (*(gm_span *const *)y)->base;
+    return a < b ? -1 : a > b;
+}
+
+static int block_by_addr_desc(const void *x, const void *y)
+{
+    uintptr_t a = (*(gm_block *const *)x)->addr, b = (*(gm_block *const *)y)->addr;
+    return a > b ? -1 : a < b;
+}
+
+/* The arena's spans in address order (a fresh array; NULL if host memory is exhausted). */
+static gm_span **sorted_spans(const gm_arena *a, size_t *n)
+{
+    gm_span **v = malloc((a->span_count ? a->span_count : 1) * sizeof *v);
+    size_t k = 0;
+    if (!v)
+        return NULL;
+    for (gm_span *s = a->spans; s && k < a->span_count; s = s->next)
+        v[k++] = s;
+    qsort(v, k, sizeof *v, span_by_base);
+    *n = k;
+    return v;
+}
+
+static bool movable_candidate(const gm_pool *pool, const gm_arena *a, const gm_block *b)
+{
+    return b->handle && b->flags == 0 && pool->handles[b->handle - 1].pins == 0 &&
+           !b->extra_count && b->tag == a->heap->stream;
+}
+
+/* The lowest free block below address `below` with at least `size` bytes, or NULL. */
+static gm_block *lowest_fit(gm_span *const *spans, size_t n, uintptr_t below, size_t size)
+{
+    for (size_t i = 0; i < n && spans[i]->base < below; i++)
+        for (gm_block *b = spans[i]->first; b && b->addr < below; b = b->phys_next)
+            if (block_is_free(b) && b->size >= size)
+                return b;
+    return NULL;
+}
+
+static bool arena_has_free(const gm_arena *a, size_t size)
+{
+    for (const gm_span *s = a->spans; s; s = s->next)
+        for (const gm_block *b = s->first; b; b = b->phys_next)
+            if (block_is_free(b) && b->size >= size)
+                return true;
+    return false;
+}
+
+/* Move live block c into free block fb (below it). False if it did not move. */
+static bool move_block_locked(gm_pool *pool, gm_arena *a, gm_block *c, gm_block *fb,
+                              defrag_run *r)
+{
+    gm_backend *be = pool->backend;
+    gm_block *nb = a->ops->take_at(pool, a, fb, c->size);
+    if (!nb)
+        return false; /* host memory for the split record: leave c where it is */
+    nb->flags = 0;
+    nb->span->live_blocks++;
+    if (nb->span->vmm && pages_acquire_locked(pool, a, nb->addr, nb->size) != GM_OK) {
+        block_untake_locked(pool, nb); /* no page for the target: c stays */
+        return false;
+    }
+    uint64_t t0 = pool->device_time_ns;
+    gm_status st = DEVICE_CALL(pool, GM_CALL_COPY,
+                               be->ops->copy(be, nb->addr, c->addr, c->requested, r->stream));
+    r->res.copy_time_ns += pool->device_time_ns - t0;
+    if (st != GM_OK) {
+        block_release_locked(pool, nb);
+        r->st = pool_fail_locked(pool, GM_ERR_BACKEND,
+                                 "gm_defrag_step: device copy of %zu bytes from %p to %p failed: "
+                                 "%s", c->requested, (void *)c->addr, (void *)nb->addr,
+                                 gm_backend_last_error());
+        return false;
+    }
+    note_stream_for_sync(pool, r->stream); /* the old range is read until the copy completes */
+    nb->requested = c->requested;
+    nb->tag = c->tag;
+    nb->handle = c->handle;
+    live_shard *sn = shard_of(pool, nb->addr), *so = shard_of(pool, c->addr);
+    live_shard *first = sn < so ? sn : so, *second = sn < so ? so : sn;
+    spin_lock(&first->lock);
+    if (second != first)
+        spin_lock(&second->lock);
+    bool filed = bmap_insert(&sn->map, nb);
+    if (filed) {
+        bmap_erase(&so->map, bmap_find(&so->map, c->addr));
+        c->handle = 0;
+    }
+    if (second != first)
+        spin_unlock(&second->lock);
+    spin_unlock(&first->lock);
+    if (!filed) {
+        nb->handle = 0;
+        block_release_locked(pool, nb);
+        r->st = pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
+                                 "gm_defrag_step: host memory exhausted (live map)");
+        return false;
+    }
+    pool->handles[nb->handle - 1].block = nb;
+    uintptr_t old = c->addr;
+    size_t bytes = nb->requested;
+    block_release_locked(pool, c); /* coalesces; may release its segment (eager policy) */
+    r->res.blocks_moved++;
+    r->res.bytes_moved += bytes;
+    r->budget -= bytes;
+    pool->defrag_blocks++;
+    pool->defrag_bytes += bytes;
+    if (pool->relocate_fn)
+        pool->relocate_fn(pool->relocate_user, (void *)old, (void *)nb->addr, bytes);
+    return true;
+}
+
+/* Step 2 of the opening comment on one arena. */
+static void compact_arena_locked(gm_pool *pool, gm_arena *a, defrag_run *r)
+{
+    if (!a->ops->take_at || !a->spans || !pool->movable_live)
+        return;
+    size_t count = 0, ns = 0;
+    for (gm_span *s = a->spans; s; s = s->next)
+        for (gm_block *b = s->first; b; b = b->phys_next)
+            count += movable_candidate(pool, a, b);
+    if (!count)
+        return;
+    gm_block **cand = malloc(count * sizeof *cand);
+    gm_span **spans = sorted_spans(a, &ns);
+    if (!cand || !spans) {
+        free(cand);
+        free(spans);
+        return; /* host memory: nothing moves, nothing breaks */
+    }
+    size_t n = 0;
+    for (gm_span *s = a->spans; s; s = s->next)
+        for (gm_block *b = s->first; b; b = b->phys_next)
+            if (movable_candidate(pool, a, b))
+                cand[n++] = b;
+    qsort(cand, n, sizeof *cand, block_by_addr_desc);
+    for (size_t i = 0; i < n && r->st == GM_OK; i++) {
+        if (r->need && arena_has_free(a, r->need))
+            break;
+        gm_block *c = cand[i];
+        if (c->requested > r->budget)
+            continue;
+        gm_block *fb = lowest_fit(spans, ns, c->addr, c->size);
+        if (!fb || !move_block_locked(pool, a, c, fb, r))
+            continue;
+        if (ns != a->span_count) { /* the move released a segment: sort the rest again */
+            free(spans);
+            if (!(spans = sorted_spans(a, &ns)))
+                break;
+        }
+    }
+    free(spans);
+    free(cand);
+}
+
+/* Step 3: wholly free plain segments of arena a back to the device, idle pages unmapped. */
+static void release_arena_locked(gm_pool *pool, gm_arena *a, defrag_run *r)
+{
+    size_t reserved = pool->reserved_bytes;
+    for (gm_span *s = a->spans, *next; s; s = next) {
+        next = s->next;
+        if (!s->vmm && !s->pinned && s->live_blocks == 0) {
+            span_release_locked(pool, s);
+            r->res.segments_released++;
+        }
+    }
+    if (a->pages)
+        pages_unmap_idle_locked(pool, a, SIZE_MAX);
+    r->res.bytes_released += reserved - pool->reserved_bytes;
+}
+
+static bool defrag_oom_hook(gm_pool *pool, gm_arena *a, size_t bytes)
+{
+    defrag_run r = {.stream = a->heap->stream, .budget = SIZE_MAX, .need = bytes};
+    compact_arena_locked(pool, a, &r);
+    pool->defrag_steps++;
+    if (r.res.blocks_moved && !arena_has_free(a, bytes))
+        release_arena_locked(pool, a, &r);
+    return r.res.blocks_moved != 0;
+}
+
+static gm_status step_locked(gm_pool *pool, gm_stream stream, size_t max_bytes,
+                             gm_defrag_result *out)
+{
+    defrag_run r = {.stream = stream, .budget = max_bytes ? max_bytes : GM_DEFRAG_DEFAULT_BUDGET};
+    pool_evict_caches_locked(pool);
+    for (size_t h = 0; h < pool->heap_count; h++) {
+        if (pool->heaps[h].stream != stream)
+            continue;
+        for (int k = 0; k < ARENA_COUNT; k++)
+            compact_arena_locked(pool, &pool->heaps[h].arenas[k], &r);
+        for (int k = 0; k < ARENA_COUNT; k++)
+            release_arena_locked(pool, &pool->heaps[h].arenas[k], &r);
+    }
+    r.res.steps = 1;
+    pool->defrag_steps++;
+    *out = r.res;
+    return r.st;
+}
+
+/* ---------------------------------------------------------------- public */
+
+void defrag_init(gm_pool *pool)
+{
+    pool->handle_free = UINT32_MAX;
+    pool->defrag_hook = defrag_oom_hook;
+}
+
+void defrag_fini(gm_pool *pool)
+{
+    free(pool->handles);
+    pool->handles = NULL;
+}
+
+gm_status gm_alloc_movable(gm_pool *pool, size_t size, gm_stream stream, gm_handle **out)
+{
+    if (!pool || !out)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_alloc_movable", "pool or out is NULL");
+    pthread_mutex_lock(&pool->lock);
+    uint32_t i = 0;
+    gm_status st = slot_new_locked(pool, &i);
+    gm_block *b = NULL;
+    if (st == GM_OK && (st = pool_alloc_locked(pool, size, stream, i + 1u, &b)) != GM_OK)
+        slot_put_locked(pool, i);
+    if (st != GM_OK)
+        return pool_unlock(pool, st);
+    pool->handles[i].block = b;
+    pool->movable_live++;
+    gm_handle *h = encode(pool, i, pool->handles[i].gen);
+    pthread_mutex_unlock(&pool->lock);
+    *out = h;
+    return GM_OK;
+}
+
+gm_status gm_handle_ptr(gm_pool *pool, const gm_handle *h, void **out)
+{
+    if (!pool || !out)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_handle_ptr", "pool or out is NULL");
+    pthread_mutex_lock(&pool->lock);
+    uint32_t i = 0;
+    gm_status st = lookup_locked(pool, h, "gm_handle_ptr", false, &i);
+    void *p = st == GM_OK ? (void *)pool->handles[i].block->addr : NULL;
+    st = pool_unlock(pool, st);
+    if (st == GM_OK)
+        *out = p;
+    return st;
+}
+
+gm_status gm_pin(gm_pool *pool, gm_handle *h)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pin", "pool is NULL");
+    pthread_mutex_lock(&pool->lock);
+    uint32_t i = 0;
+    gm_status st = lookup_locked(pool, h, "gm_pin", false, &i);
+    if (st == GM_OK && pool->handles[i].pins == UINT32_MAX)
+        st = pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT, "gm_pin: pin count overflow");
+    if (st == GM_OK && pool->handles[i].pins++ == 0)
+        pool->pinned_live++;
+    return pool_unlock(pool, st);
+}
+
+gm_status gm_unpin(gm_pool *pool, gm_handle *h)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_unpin", "pool is NULL");
+    pthread_mutex_lock(&pool->lock);
+    uint32_t i = 0;
+    gm_status st = lookup_locked(pool, h, "gm_unpin", false, &i);
+    if (st == GM_OK && pool->handles[i].pins == 0)
+        st = pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
+                              "gm_unpin: handle %p is not pinned", (const void *)h);
+    if (st == GM_OK && --pool->handles[i].pins == 0)
+        pool->pinned_live--;
+    return pool_unlock(pool, st);
+}
+
+gm_status gm_free_handle(gm_pool *pool, gm_handle *h, gm_stream stream)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_free_handle", "pool is NULL");
+    pthread_mutex_lock(&pool->lock);
+    uint32_t i = 0;
+    gm_status st = lookup_locked(pool, h, "gm_free_handle", true, &i);
+    if (st != GM_OK)
+        return pool_unlock(pool, st);
+    gm_block *b = pool->handles[i].block;
+    if (pool->handles[i].pins)
+        pool->pinned_live--;
+    pool->movable_live--;
+    slot_put_locked(pool, i);
+    pool_free_block_locked(pool, b, stream);
+    return pool_unlock(pool, GM_OK);
+}
+
+gm_status gm_pool_set_relocate_callback(gm_pool *pool, gm_relocate_fn fn, void *user)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_set_relocate_callback",
+                            "pool is NULL");
+    pthread_mutex_lock(&pool->lock);
+    pool->relocate_fn = fn;
+    pool->relocate_user = user;
+    return pool_unlock(pool, GM_OK);
+}
+
+gm_status gm_defrag_step(gm_pool *pool, gm_stream stream, size_t max_bytes,
+                         gm_defrag_result *out)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_defrag_step", "pool is NULL");
+    gm_defrag_result res;
+    pthread_mutex_lock(&pool->lock);
+    gm_status st = pool_unlock(pool, step_locked(pool, stream, max_bytes, &res));
+    if (out)
+        *out = res;
+    return st;
+}
+
+gm_status gm_defrag_maybe(gm_pool *pool, gm_stream stream, size_t max_bytes,
+                          gm_defrag_result *out)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_defrag_maybe", "pool is NULL");
+    gm_defrag_result res = {0};
+    pthread_mutex_lock(&pool->lock);
+    free_summary fs;
+    tcache_stop_world_locked(pool);
+    free_summary_locked(pool, &fs);
+    tcache_start_world_locked(pool);
+    double rate = fs.total ? 1.0 - (double)fs.largest / (double)fs.total : 0.0;
+    gm_status st = GM_OK;
+    if (rate > pool->cfg.defrag_threshold)
+        st = step_locked(pool, stream, max_bytes, &res);
+    st = pool_unlock(pool, st);
+    if (out)
+        *out = res;
+    return st;
+}
+
+gm_status defrag_check_locked(gm_pool *pool, size_t movable_in_spans)
+{
+    size_t used = 0, pinned = 0, listed = 0;
+    for (uint32_t i = 0; i < pool->handle_cap; i++) {
+        const handle_slot *sl = &pool->handles[i];
+        if (!sl->block) {
+            if (sl->pins)
+                return pool_fail_locked(pool, GM_ERR_CORRUPT,
+                                        "gm_pool_check: free handle slot %" PRIu32 " is pinned", i);
+            continue;
+        }
+        if (sl->block->handle != i + 1u || sl->block->flags != 0)
+            return pool_fail_locked(pool, GM_ERR_CORRUPT,
+                                    "gm_pool_check: handle %" PRIu32 " points at block 0x%" PRIxPTR
+                                    " which is not its live movable block", i, sl->block->addr);
+        used++;
+        pinned += sl->pins != 0;
+    }
+    for (uint32_t i = pool->handle_free; i != UINT32_MAX; i = pool->handles[i].next_free)
+        if (i >= pool->handle_cap || pool->handles[i].block || ++listed > pool->handle_cap)
+            return pool_fail_locked(pool, GM_ERR_CORRUPT,
+                                    "gm_pool_check: the free handle list is broken");
+    if (used + listed != pool->handle_cap || used != pool->movable_live ||
+        used != movable_in_spans || pinned != pool->pinned_live)
+        return pool_fail_locked(pool, GM_ERR_CORRUPT,
+                                "gm_pool_check: %zu handles used, %zu free of %" PRIu32
+                                "; counters say %zu movable, %zu pinned; spans hold %zu movable "
+                                "blocks, %zu pinned found",
+                                used, listed, pool->handle_cap, pool->movable_live,
+                                pool->pinned_live, movable_in_spans, pinned);
+    return GM_OK;
+}
