@@ -1,0 +1,428 @@
+/*
+ * Defragmentation, part 1 (issue 7) on the host-backed sim: every movable block holds a
+ * pattern and every byte is checked after every compaction step; pinned, plain and
+ * other-stream blocks never move; the design document's A/B/C pattern at scale fails with
+ * plain blocks and succeeds through the out-of-memory ladder's compaction with movable ones;
+ * gm_defrag_maybe and its threshold; the relocation callback; bad handles.
+ */
+#include "check.h"
+
+#include <stdbool.h>
+
+static const size_t KiB = 1024, MiB = (size_t)1 << 20;
+
+static gm_backend *sim_new(size_t capacity)
+{
+    gm_sim_config sc = {0};
+    sc.capacity = capacity;
+    sc.host_backed = 1;
+    gm_backend *be = NULL;
+    REQUIRE_OK(gm_sim_backend_create(&sc, &be));
+    return be;
+}
+
+static gm_pool *pool_new(gm_backend *be, const gm_config *cfg)
+{
+    gm_pool *p = NULL;
+    REQUIRE_OK(gm_pool_create(be, cfg, &p));
+    return p;
+}
+
+static gm_stats stats_of(gm_pool *p)
+{
+    gm_stats st;
+    REQUIRE_OK(gm_pool_stats(p, &st));
+    return st;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static unsigned char pattern(unsigned id, size_t i)
+{
+    return (unsigned char)(id * 131u + (unsigned)(i * 7u) + (unsigned)(i >> 9));
+}
+
+static unsigned char *host(gm_backend *be, void *dev)
+{
+    void *h = NULL;
+    REQUIRE_OK(gm_sim_host_ptr(be, dev, &h));
+    return h;
+}
+
+static void fill(gm_backend *be, void *dev, size_t size, unsigned id)
+{
+    unsigned char *p = host(be, dev);
+    for (size_t i = 0; i < size; i++)
+        p[i] = pattern(id, i);
+}
+
+static bool holds(gm_backend *be, void *dev, size_t size, unsigned id)
+{
+    const unsigned char *p = host(be, dev);
+    for (size_t i = 0; i < size; i++)
+        if (p[i] != pattern(id, i))
+            return false;
+    return true;
+}
+
+/* ---------------------------------------------------------------- relocation log */
+
+typedef struct move_rec {
+    void *from, *to;
+    size_t size;
+} move_rec;
+
+typedef struct move_log {
+    move_rec v[4096];
+    size_t n, overflow;
+} move_log;
+
+static void log_move(void *user, void *from, void *to, size_t size)
+{
+    move_log *l = user;
+    if (l->n < sizeof l->v / sizeof l->v[0])
+        l->v[l->n++] = (move_rec){from, to, size};
+    else
+        l->overflow++;
+}
+
+/* ---------------------------------------------------------------- pattern integrity */
+
+enum { NBLK = 240 };
+
+typedef struct tblock {
+    gm_handle *h; /* movable, or NULL */
+    void *plain;  /* plain block, or NULL */
+    void *addr;   /* address as last seen */
+    size_t size;
+    unsigned id;
+    bool pinned, recorded;
+} tblock;
+
+/* expect: 1 blocks must move, 0 none may, -1 either (the check is the bytes). */
+static void integrity(gm_segments segments, gm_strategy strategy, int expect)
+{
+    gm_backend *be = sim_new(4ull << 30);
+    gm_stream other = NULL;
+    REQUIRE_OK(gm_sim_stream_create(be, &other));
+    gm_config cfg = {0};
+    cfg.segments = segments;
+    cfg.strategy = strategy;
+    gm_pool *p = pool_new(be, &cfg);
+    move_log *log = calloc(1, sizeof *log);
+    REQUIRE(log);
+    CHECK_OK(gm_pool_set_relocate_callback(p, log_move, log));
+    static tblock b[NBLK];
+    uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)segments ^ ((uint64_t)strategy << 8);
+    for (unsigned i = 0; i < NBLK; i++) {
+        size_t size = 512 + (size_t)(rng_next(&rng) % (192 * KiB));
+        if (i % 17 == 5)
+            size = 1 * MiB + (size_t)(rng_next(&rng) % (3 * MiB)); /* some in the large arena */
+        b[i] = (tblock){.size = size, .id = i + 1};
+        if (i % 7 == 3) {
+            REQUIRE_OK(gm_alloc(p, size, NULL, &b[i].plain));
+            b[i].addr = b[i].plain;
+        } else {
+            REQUIRE_OK(gm_alloc_movable(p, size, NULL, &b[i].h));
+            REQUIRE_OK(gm_handle_ptr(p, b[i].h, &b[i].addr));
+            if (i % 11 == 2) {
+                CHECK_OK(gm_pin(p, b[i].h));
+                CHECK_OK(gm_pin(p, b[i].h)); /* counted: two pins, one unpin stays pinned */
+                CHECK_OK(gm_unpin(p, b[i].h));
+                b[i].pinned = true;
+            } else if (i % 13 == 4) {
+                CHECK_OK(gm_record_stream(p, b[i].addr, other));
+                b[i].recorded = true;
+            }
+        }
+        fill(be, b[i].addr, size, b[i].id);
+    }
+    /* Free two thirds of the blocks that are neither pinned nor recorded, scattered. */
+    for (unsigned i = 0; i < NBLK; i++) {
+        if (b[i].pinned || b[i].recorded || rng_next(&rng) % 3 == 0)
+            continue;
+        if (b[i].h)
+            CHECK_OK(gm_free_handle(p, b[i].h, NULL));
+        else
+            CHECK_OK(gm_free(p, b[i].plain, NULL));
+        b[i] = (tblock){0};
+    }
+    gm_stats before = stats_of(p);
+    CHECK_GT_U(before.movable_live_blocks, 0);
+    CHECK_GT_U(before.pinned_live_blocks, 0);
+    const size_t budget = 1 * MiB;
+    uint64_t moved = 0, steps = 0, released = 0;
+    for (int step = 0; step < 400; step++) {
+        gm_defrag_result r;
+        size_t logged = log->n;
+        CHECK_OK(gm_defrag_step(p, NULL, budget, &r));
+        CHECK_EQ_U(r.steps, 1);
+        CHECK_LE_U(r.bytes_moved, budget);
+        CHECK_EQ_U(log->n - logged, r.blocks_moved);
+        moved += r.blocks_moved;
+        released += r.bytes_released;
+        steps++;
+        CHECK_OK(gm_pool_check(p));
+        for (unsigned i = 0; i < NBLK; i++) {
+            if (!b[i].size)
+                continue;
+            void *now = b[i].plain;
+            if (b[i].h)
+                REQUIRE_OK(gm_handle_ptr(p, b[i].h, &now));
+            if (now != b[i].addr) {
+                CHECK(b[i].h && !b[i].pinned && !b[i].recorded); /* only these ever move */
+                bool seen = false; /* the callback saw (old, new, size) */
+                for (size_t k = logged; k < log->n; k++)
+                    seen |= log->v[k].to == now && log->v[k].size == b[i].size;
+                CHECK(seen);
+                CHECK_LT_U((uintptr_t)now, (uintptr_t)b[i].addr); /* always downwards */
+                b[i].addr = now;
+            }
+            if (!holds(be, now, b[i].size, b[i].id)) {
+                CHECK(!"a block lost its bytes");
+                fprintf(stderr, "    block %u (%zu bytes) at %p after step %d\n", i, b[i].size,
+                        now, step);
+                break;
+            }
+        }
+        if (r.blocks_moved == 0)
+            break;
+    }
+    gm_stats after = stats_of(p);
+    CHECK_EQ_U(after.defrag_blocks_moved - before.defrag_blocks_moved, moved);
+    CHECK_EQ_U(after.defrag_steps - before.defrag_steps, steps);
+    CHECK_EQ_U(after.movable_live_blocks, before.movable_live_blocks);
+    CHECK_EQ_U(after.pinned_live_blocks, before.pinned_live_blocks);
+    CHECK_EQ_U(after.live_bytes, before.live_bytes);
+    CHECK_EQ_U(log->overflow, 0);
+    printf("integrity %s/%s: %" PRIu64 " steps, %" PRIu64 " blocks moved, %" PRIu64
+           " bytes released\n", gm_segments_str(segments), gm_strategy_str(strategy), steps,
+           moved, released);
+    if (expect == 1) {
+        CHECK_GT_U(moved, 0);
+        CHECK_GT_U(after.defrag_bytes_moved, 0);
+        CHECK_GT_U(released, 0);
+        CHECK_LT_U(after.reserved_bytes, before.reserved_bytes);
+    } else if (expect == 0) {
+        CHECK_EQ_U(moved, 0);
+    }
+    for (unsigned i = 0; i < NBLK; i++) {
+        if (b[i].h)
+            CHECK_OK(gm_free_handle(p, b[i].h, NULL));
+        else if (b[i].plain)
+            CHECK_OK(gm_free(p, b[i].plain, NULL));
+    }
+    CHECK_OK(gm_pool_check(p));
+    CHECK_EQ_U(stats_of(p).movable_live_blocks, 0);
+    CHECK_EQ_U(stats_of(p).pinned_live_blocks, 0);
+    CHECK_OK(gm_pool_destroy(p));
+    CHECK_OK(gm_sim_stream_destroy(be, other));
+    gm_backend_destroy(be);
+    free(log);
+}
+
+/* ---------------------------------------------------------------- A/B/C at scale */
+
+/* 16 MiB segments under a 64 MiB cap, filled with 4 MiB blocks; every other block freed
+ * leaves 32 MiB free in 4 MiB holes. A 16 MiB request then needs compaction. */
+static void abc_pattern(bool movable)
+{
+    gm_backend *be = sim_new(1ull << 30);
+    gm_config cfg = {0};
+    cfg.reserve_limit_bytes = 64 * MiB;
+    cfg.medium_segment_bytes = 16 * MiB;
+    cfg.large_request_min = 8 * MiB;
+    gm_pool *p = pool_new(be, &cfg);
+    move_log *log = calloc(1, sizeof *log);
+    REQUIRE(log);
+    CHECK_OK(gm_pool_set_relocate_callback(p, log_move, log));
+    enum { N = 16 };
+    gm_handle *h[N] = {0};
+    void *plain[N] = {0};
+    for (unsigned i = 0; i < N; i++) {
+        void *a = NULL;
+        if (movable) {
+            REQUIRE_OK(gm_alloc_movable(p, 4 * MiB, NULL, &h[i]));
+            REQUIRE_OK(gm_handle_ptr(p, h[i], &a));
+        } else {
+            REQUIRE_OK(gm_alloc(p, 4 * MiB, NULL, &plain[i]));
+            a = plain[i];
+        }
+        fill(be, a, 4 * MiB, i + 1);
+    }
+    gm_stats st = stats_of(p);
+    CHECK_EQ_U(st.segments, 4);
+    CHECK_EQ_U(st.reserved_bytes, 64 * MiB);
+    for (unsigned i = 0; i < N; i += 2) {
+        if (movable)
+            CHECK_OK(gm_free_handle(p, h[i], NULL));
+        else
+            CHECK_OK(gm_free(p, plain[i], NULL));
+        h[i] = NULL;
+        plain[i] = NULL;
+    }
+    void *big = NULL;
+    if (!movable) {
+        CHECK_STATUS(gm_alloc(p, 16 * MiB, NULL, &big), GM_ERR_OUT_OF_MEMORY);
+        CHECK_STR_CONTAINS(gm_last_error(p), "out of memory");
+        CHECK_EQ_U(stats_of(p).defrag_blocks_moved, 0);
+    } else {
+        CHECK_OK(gm_alloc(p, 16 * MiB, NULL, &big));
+        st = stats_of(p);
+        CHECK_GT_U(st.oom_ladder[2], 0);   /* it reached ladder step 3 */
+        CHECK_EQ_U(st.oom_ladder[3], 0);   /* and did not need step 4 */
+        CHECK_GT_U(st.defrag_blocks_moved, 0);
+        CHECK_EQ_U(st.defrag_blocks_moved, log->n);
+        CHECK_LE_U(st.reserved_bytes, 64 * MiB);
+        fill(be, big, 16 * MiB, 99);
+        CHECK_OK(gm_free(p, big, NULL));
+    }
+    for (unsigned i = 1; i < N; i += 2) {
+        void *a = plain[i];
+        if (movable)
+            REQUIRE_OK(gm_handle_ptr(p, h[i], &a));
+        CHECK(holds(be, a, 4 * MiB, i + 1));
+        if (movable)
+            CHECK_OK(gm_free_handle(p, h[i], NULL));
+        else
+            CHECK_OK(gm_free(p, plain[i], NULL));
+    }
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+    free(log);
+}
+
+/* ---------------------------------------------------------------- gm_defrag_maybe */
+
+/* Eight 256 KiB movable blocks fill a 2 MiB small segment; freeing blocks 0, 2 and 4 leaves
+ * three separate holes: fragmentation rate 1 - 1/3. */
+static void maybe_threshold(double threshold, bool expect_step)
+{
+    gm_backend *be = sim_new(1ull << 30);
+    gm_config cfg = {0};
+    cfg.defrag_threshold = threshold;
+    cfg.thread_cache_blocks = GM_THREAD_CACHE_OFF;
+    gm_pool *p = pool_new(be, &cfg);
+    gm_handle *h[8];
+    for (unsigned i = 0; i < 8; i++) {
+        void *a = NULL;
+        REQUIRE_OK(gm_alloc_movable(p, 256 * KiB, NULL, &h[i]));
+        REQUIRE_OK(gm_handle_ptr(p, h[i], &a));
+        fill(be, a, 256 * KiB, i + 1);
+    }
+    gm_defrag_result r;
+    CHECK_OK(gm_defrag_maybe(p, NULL, 0, &r)); /* nothing free: rate 0 */
+    CHECK_EQ_U(r.steps, 0);
+    CHECK_EQ_U(r.blocks_moved, 0);
+    for (unsigned i = 0; i <= 4; i += 2)
+        CHECK_OK(gm_free_handle(p, h[i], NULL));
+    gm_stats st = stats_of(p);
+    CHECK_EQ_D(st.frag_rate, 2.0 / 3.0, 1e-9);
+    CHECK_OK(gm_defrag_maybe(p, NULL, 0, &r));
+    CHECK_EQ_U(r.steps, expect_step ? 1 : 0);
+    if (expect_step) {
+        CHECK_EQ_U(r.blocks_moved, 3); /* 7, 6 and 5 into the holes at 0, 2 and 4 */
+        CHECK_EQ_U(r.bytes_moved, 3 * 256 * KiB);
+        CHECK_EQ_D(stats_of(p).frag_rate, 0.0, 1e-9);
+        CHECK_OK(gm_defrag_maybe(p, NULL, 0, &r)); /* compact now: below the threshold */
+        CHECK_EQ_U(r.steps, 0);
+    } else {
+        CHECK_EQ_U(r.blocks_moved, 0);
+        CHECK_EQ_U(stats_of(p).defrag_steps, 0);
+    }
+    for (unsigned i = 1; i < 8; i += (i < 5 ? 2 : 1)) {
+        void *a = NULL;
+        REQUIRE_OK(gm_handle_ptr(p, h[i], &a));
+        CHECK(holds(be, a, 256 * KiB, i + 1));
+        CHECK_OK(gm_free_handle(p, h[i], NULL));
+    }
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
+/* ---------------------------------------------------------------- bad input */
+
+static void bad_input(void)
+{
+    gm_backend *be = sim_new(1ull << 30);
+    gm_pool *p = pool_new(be, NULL), *q = pool_new(be, NULL);
+    gm_handle *h = NULL, *foreign = NULL;
+    void *a = NULL;
+    CHECK_STATUS(gm_alloc_movable(NULL, 1024, NULL, &h), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_alloc_movable(p, 1024, NULL, NULL), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_alloc_movable(p, 0, NULL, &h), GM_ERR_INVALID_ARGUMENT);
+    REQUIRE_OK(gm_alloc_movable(p, 1024, NULL, &h));
+    REQUIRE_OK(gm_alloc_movable(q, 1024, NULL, &foreign));
+    CHECK_STATUS(gm_handle_ptr(p, NULL, &a), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(p), "NULL");
+    CHECK_STATUS(gm_handle_ptr(p, h, NULL), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_free_handle(p, NULL, NULL), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_free_handle(NULL, h, NULL), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_pin(p, NULL), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_unpin(p, h), GM_ERR_INVALID_ARGUMENT); /* not pinned */
+    CHECK_STR_CONTAINS(gm_last_error(p), "not pinned");
+    CHECK_STATUS(gm_handle_ptr(p, foreign, &a), GM_ERR_UNKNOWN_POINTER);
+    CHECK_STR_CONTAINS(gm_last_error(p), "not a handle of this pool");
+    CHECK_STATUS(gm_free_handle(p, foreign, NULL), GM_ERR_UNKNOWN_POINTER);
+    CHECK_STATUS(gm_pin(p, foreign), GM_ERR_UNKNOWN_POINTER);
+    CHECK_STATUS(gm_free_handle(p, (gm_handle *)(uintptr_t)0x1234, NULL), GM_ERR_UNKNOWN_POINTER);
+    /* A movable block's address is not freed by gm_free, and stays live. */
+    REQUIRE_OK(gm_handle_ptr(p, h, &a));
+    CHECK_STATUS(gm_free(p, a, NULL), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(p), "gm_free_handle");
+    CHECK_EQ_U(stats_of(p).movable_live_blocks, 1);
+    CHECK_OK(gm_pin(p, h));
+    CHECK_EQ_U(stats_of(p).pinned_live_blocks, 1);
+    CHECK_OK(gm_free_handle(p, h, NULL)); /* pinned: the pins go with it */
+    CHECK_EQ_U(stats_of(p).pinned_live_blocks, 0);
+    CHECK_STATUS(gm_free_handle(p, h, NULL), GM_ERR_DOUBLE_FREE);
+    CHECK_STR_CONTAINS(gm_last_error(p), "double free");
+    CHECK_STATUS(gm_handle_ptr(p, h, &a), GM_ERR_UNKNOWN_POINTER);
+    CHECK_STATUS(gm_pin(p, h), GM_ERR_UNKNOWN_POINTER);
+    /* The slot is reused: the stale handle still fails, the new one works. */
+    gm_handle *h2 = NULL;
+    REQUIRE_OK(gm_alloc_movable(p, 4096, NULL, &h2));
+    CHECK(h2 != h);
+    CHECK_STATUS(gm_free_handle(p, h, NULL), GM_ERR_DOUBLE_FREE);
+    CHECK_OK(gm_handle_ptr(p, h2, &a));
+    CHECK_OK(gm_free_handle(p, h2, NULL));
+    CHECK_STATUS(gm_defrag_step(NULL, NULL, 0, NULL), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_defrag_maybe(NULL, NULL, 0, NULL), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_pool_set_relocate_callback(NULL, NULL, NULL), GM_ERR_INVALID_ARGUMENT);
+    CHECK_OK(gm_defrag_step(p, NULL, 0, NULL)); /* out may be NULL */
+    gm_config bad = {0};
+    bad.defrag_threshold = 1.5;
+    gm_pool *r = NULL;
+    CHECK_STATUS(gm_pool_create(be, &bad, &r), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "defrag_threshold");
+    gm_config got;
+    CHECK_OK(gm_pool_config(p, &got));
+    CHECK_EQ_D(got.defrag_threshold, 0.30, 1e-12);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free_handle(q, foreign, NULL));
+    CHECK_OK(gm_pool_destroy(q));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
+int main(void)
+{
+    integrity(GM_SEGMENTS_PLAIN, GM_STRATEGY_TLSF, 1);
+    integrity(GM_SEGMENTS_VMM, GM_STRATEGY_TLSF, 1);
+    integrity(GM_SEGMENTS_PLAIN, GM_STRATEGY_BUDDY, 0); /* no take_at: nothing moves */
+    integrity(GM_SEGMENTS_PLAIN, GM_STRATEGY_AUTO, -1); /* only its large arena is tlsf */
+    abc_pattern(false);
+    abc_pattern(true);
+    maybe_threshold(0.0, true);  /* default 0.30 < 2/3 */
+    maybe_threshold(0.9, false);
+    bad_input();
+    return check_summary();
+}
