@@ -9,6 +9,12 @@
  * frees on a foreign stream and gm_record_stream exercise the pending path, with simulated
  * kernels that complete when the test says so.
  *
+ * Movable blocks (issue 7): about 10 % of allocations are movable (gm_alloc_movable); the model
+ * keeps their handles and re-reads every address with gm_handle_ptr after each operation
+ * (compaction steps, and allocations whose out-of-memory ladder compacted). Pins come and go;
+ * occasional gm_defrag_step calls compact one stream's heap. A pinned block never moves; a moved
+ * block keeps its bytes, overlaps no other block and obeys the stream contract below.
+ *
  * The stream contract is checked against the model: every free leaves obligations (each stream
  * that used the block, with the number of kernels queued on it at the free); a new block on
  * stream T may overlap a freed range only if every obligation of another stream has completed.
@@ -27,6 +33,8 @@ typedef struct live_block {
     unsigned char fill;
     int stream;
     int recorded; /* a stream added with gm_record_stream, or -1 */
+    gm_handle *h; /* movable blocks: the handle (ptr is re-read through it) */
+    unsigned pins;
 } live_block;
 
 /* Freed memory that stream `stream` may still touch until `ticket` kernels have completed. */
@@ -142,7 +150,12 @@ static void do_alloc(run_ctx *c, model *m)
     size_t size = random_size(&c->rng);
     int s = (int)(check_rand(&c->rng) % STREAMS);
     void *p = NULL;
-    gm_status st = gm_alloc(c->pool, size, c->streams[s], &p);
+    gm_handle *hd = NULL;
+    bool movable = check_rand(&c->rng) % 10 == 0;
+    gm_status st = movable ? gm_alloc_movable(c->pool, size, c->streams[s], &hd)
+                           : gm_alloc(c->pool, size, c->streams[s], &p);
+    if (st == GM_OK && movable)
+        CHECK_OK(gm_handle_ptr(c->pool, hd, &p));
     if (st == GM_ERR_OUT_OF_MEMORY) {
         CHECK(p == NULL);
         return;
@@ -156,7 +169,7 @@ static void do_alloc(run_ctx *c, model *m)
     prune_obligations();
     CHECK(!reused_early(p, size, s));
     live_block *b = &m->live[m->count++];
-    *b = (live_block){p, size, (unsigned char)(check_rand(&c->rng) | 1u), s, -1};
+    *b = (live_block){p, size, (unsigned char)(check_rand(&c->rng) | 1u), s, -1, hd, 0};
 
     if (check_rand(&c->rng) % 4 == 0) { /* a kernel on its stream uses it */
         CHECK_OK(gm_sim_launch(c->be, c->streams[s]));
@@ -191,15 +204,81 @@ static void do_free(run_ctx *c, model *m)
     }
     oblige(&b, b.stream);
     oblige(&b, fs);
-    CHECK_OK(gm_free(c->pool, b.ptr, c->streams[fs]));
+    if (b.h)
+        CHECK_OK(gm_free_handle(c->pool, b.h, c->streams[fs]));
+    else
+        CHECK_OK(gm_free(c->pool, b.ptr, c->streams[fs]));
     m->live[i] = m->live[--m->count];
     m->bytes -= b.size;
+}
+
+/* Follow relocations: re-read every movable block's address. */
+static void follow_moves(run_ctx *c, model *m)
+{
+    for (size_t i = 0; i < m->count; i++) {
+        live_block *b = &m->live[i];
+        void *now = NULL;
+        if (!b->h)
+            continue;
+        CHECK_OK(gm_handle_ptr(c->pool, b->h, &now));
+        if (now == (void *)b->ptr)
+            continue;
+        CHECK_EQ_U(b->pins, 0); /* a pinned block never moves */
+        CHECK_LT_U((uintptr_t)now, (uintptr_t)b->ptr); /* compaction moves downwards */
+        b->ptr = now;
+        for (size_t j = 0; j < m->count; j++) /* the new range overlaps no other block */
+            if (j != i && (unsigned char *)now < m->live[j].ptr + m->live[j].size &&
+                m->live[j].ptr < (unsigned char *)now + b->size)
+                CHECK(!"a moved block overlaps another live block");
+        const live_block self = *b;
+        observe_streams();
+        prune_obligations();
+        CHECK(!reused_early(now, self.size, self.stream));
+        if (c->host) {
+            unsigned char *h = host_of(c->be, now);
+            REQUIRE(h != NULL);
+            CHECK(bytes_hold(h, self.size, self.fill));
+        }
+    }
+}
+
+static void do_pin(run_ctx *c, model *m)
+{
+    if (!m->count)
+        return;
+    live_block *b = &m->live[(size_t)(check_rand(&c->rng) % m->count)];
+    if (!b->h)
+        return;
+    if (b->pins && (b->pins == 3 || check_rand(&c->rng) % 2)) {
+        CHECK_OK(gm_unpin(c->pool, b->h));
+        b->pins--;
+    } else {
+        CHECK_OK(gm_pin(c->pool, b->h));
+        b->pins++;
+    }
+}
+
+static void do_defrag(run_ctx *c)
+{
+    int s = (int)(check_rand(&c->rng) % STREAMS);
+    size_t budget = (size_t)(check_rand(&c->rng) % (8 * MiB));
+    gm_defrag_result r;
+    CHECK_OK(gm_defrag_step(c->pool, c->streams[s], budget, &r));
+    CHECK_EQ_U(r.steps, 1);
+    CHECK_LE_U(r.bytes_moved, budget ? budget : GM_DEFRAG_DEFAULT_BUDGET);
 }
 
 static void check_against_model(run_ctx *c, const model *m)
 {
     gm_stats st;
     CHECK_OK(gm_pool_stats(c->pool, &st));
+    size_t movable = 0, pinned = 0;
+    for (size_t i = 0; i < m->count; i++) {
+        movable += m->live[i].h != NULL;
+        pinned += m->live[i].pins != 0;
+    }
+    CHECK_EQ_U(st.movable_live_blocks, movable);
+    CHECK_EQ_U(st.pinned_live_blocks, pinned);
     CHECK_EQ_U(st.live_bytes, m->bytes);
     CHECK_EQ_U(st.live_blocks, m->count);
     CHECK_LE_U(st.live_bytes, st.allocated_bytes);
@@ -241,10 +320,15 @@ static void run_one(const conf_case *cc, uint64_t seed, size_t ops, bool host)
         }
         else if (r < 9)
             CHECK_OK(gm_trim(c.pool, (size_t)(check_rand(&c.rng) % (256 * MiB))));
+        else if (r < 11)
+            do_defrag(&c);
+        else if (r < 20)
+            do_pin(&c, &m);
         else if (m.count && (m.count == MAX_LIVE || r < 480))
             do_free(&c, &m);
         else
             do_alloc(&c, &m);
+        follow_moves(&c, &m);
         gm_status st = gm_pool_check(c.pool);
         CHECK_OK(st);
         if (st != GM_OK)
@@ -256,7 +340,10 @@ static void run_one(const conf_case *cc, uint64_t seed, size_t ops, bool host)
                 (unsigned long long)seed);
     while (m.count) {
         const live_block *b = &m.live[--m.count];
-        CHECK_OK(gm_free(c.pool, b->ptr, c.streams[b->stream]));
+        if (b->h)
+            CHECK_OK(gm_free_handle(c.pool, b->h, c.streams[b->stream]));
+        else
+            CHECK_OK(gm_free(c.pool, b->ptr, c.streams[b->stream]));
     }
     for (int s = 0; s < STREAMS; s++)
         CHECK_OK(gm_sim_stream_complete(c.be, c.streams[s]));
@@ -264,6 +351,8 @@ static void run_one(const conf_case *cc, uint64_t seed, size_t ops, bool host)
     gm_stats st;
     CHECK_OK(gm_pool_stats(c.pool, &st));
     CHECK_EQ_U(st.reserved_bytes, 0);
+    printf("    host=%d: %" PRIu64 " compaction steps moved %" PRIu64 " blocks\n", (int)host,
+           st.defrag_steps, st.defrag_blocks_moved);
     CHECK_OK(gm_pool_check(c.pool));
     CHECK_OK(gm_pool_destroy(c.pool));
     gm_device_info info;
