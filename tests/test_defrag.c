@@ -184,8 +184,9 @@ static void integrity(gm_segments segments, gm_strategy strategy, int expect)
                 CHECK_LT_U((uintptr_t)now, (uintptr_t)b[i].addr); /* always downwards */
                 b[i].addr = now;
             }
-            if (!holds(be, now, b[i].size, b[i].id)) {
-                CHECK(!"a block lost its bytes");
+            bool intact = holds(be, now, b[i].size, b[i].id);
+            CHECK(intact);
+            if (!intact) {
                 fprintf(stderr, "    block %u (%zu bytes) at %p after step %d\n", i, b[i].size,
                         now, step);
                 break;

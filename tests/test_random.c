@@ -226,10 +226,11 @@ static void follow_moves(run_ctx *c, model *m)
         CHECK_EQ_U(b->pins, 0); /* a pinned block never moves */
         CHECK_LT_U((uintptr_t)now, (uintptr_t)b->ptr); /* compaction moves downwards */
         b->ptr = now;
-        for (size_t j = 0; j < m->count; j++) /* the new range overlaps no other block */
-            if (j != i && (unsigned char *)now < m->live[j].ptr + m->live[j].size &&
-                m->live[j].ptr < (unsigned char *)now + b->size)
-                CHECK(!"a moved block overlaps another live block");
+        bool overlap = false; /* the new range overlaps no other block */
+        for (size_t j = 0; j < m->count; j++)
+            overlap |= j != i && (unsigned char *)now < m->live[j].ptr + m->live[j].size &&
+                       m->live[j].ptr < (unsigned char *)now + b->size;
+        CHECK(!overlap);
         const live_block self = *b;
         observe_streams();
         prune_obligations();
