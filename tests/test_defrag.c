@@ -7,6 +7,8 @@
  */
 #include "check.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
@@ -414,6 +416,95 @@ static void bad_input(void)
     gm_backend_destroy(be);
 }
 
+/* ---------------------------------------------------------------- threads */
+
+typedef struct churn_arg {
+    gm_pool *pool;
+    gm_backend *be;
+    atomic_int *stop;
+    unsigned id;
+    int failures;
+} churn_arg;
+
+/* Plain blocks through the thread caches' lock-free path, while another thread compacts. */
+static void *churn(void *p)
+{
+    churn_arg *a = p;
+    void *v[8] = {0};
+    for (unsigned n = 0; !atomic_load(a->stop) || n < 64; n++) {
+        unsigned k = n % 8;
+        if (v[k]) {
+            if (!holds(a->be, v[k], 4 * KiB, a->id + k) || gm_free(a->pool, v[k], NULL) != GM_OK)
+                a->failures++;
+            v[k] = NULL;
+        }
+        if (gm_alloc(a->pool, 4 * KiB + (n % 3) * 512, NULL, &v[k]) != GM_OK) {
+            a->failures++;
+            v[k] = NULL;
+            continue;
+        }
+        fill(a->be, v[k], 4 * KiB, a->id + k);
+    }
+    for (unsigned k = 0; k < 8; k++)
+        if (v[k] && gm_free(a->pool, v[k], NULL) != GM_OK)
+            a->failures++;
+    return NULL;
+}
+
+static void threads_while_compacting(void)
+{
+    gm_backend *be = sim_new(1ull << 30);
+    gm_pool *p = pool_new(be, NULL);
+    atomic_int stop = 0;
+    churn_arg args[2];
+    pthread_t t[2];
+    for (unsigned i = 0; i < 2; i++) {
+        args[i] = (churn_arg){p, be, &stop, 100 * (i + 1), 0};
+        REQUIRE(pthread_create(&t[i], NULL, churn, &args[i]) == 0);
+    }
+    enum { M = 48 };
+    gm_handle *h[M] = {0};
+    for (unsigned round = 0; round < 20; round++) {
+        for (unsigned i = 0; i < M; i++) {
+            if (h[i] && (i + round) % 3 == 0) {
+                CHECK_OK(gm_free_handle(p, h[i], NULL));
+                h[i] = NULL;
+            }
+            if (!h[i]) {
+                void *a = NULL;
+                REQUIRE_OK(gm_alloc_movable(p, 8 * KiB + i * 512, NULL, &h[i]));
+                REQUIRE_OK(gm_handle_ptr(p, h[i], &a));
+                fill(be, a, 8 * KiB + i * 512, i + 1);
+            }
+        }
+        for (unsigned i = 0; i < M; i += 2) { /* holes below the others */
+            CHECK_OK(gm_free_handle(p, h[i], NULL));
+            h[i] = NULL;
+        }
+        CHECK_OK(gm_defrag_step(p, NULL, 0, NULL));
+        for (unsigned i = 0; i < M; i++) {
+            void *a = NULL;
+            if (!h[i])
+                continue;
+            REQUIRE_OK(gm_handle_ptr(p, h[i], &a));
+            CHECK(holds(be, a, 8 * KiB + i * 512, i + 1));
+        }
+        CHECK_OK(gm_pool_check(p));
+    }
+    atomic_store(&stop, 1);
+    for (unsigned i = 0; i < 2; i++) {
+        REQUIRE(pthread_join(t[i], NULL) == 0);
+        CHECK_EQ_U(args[i].failures, 0);
+    }
+    CHECK_GT_U(stats_of(p).defrag_blocks_moved, 0);
+    for (unsigned i = 0; i < M; i++)
+        if (h[i])
+            CHECK_OK(gm_free_handle(p, h[i], NULL));
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
 int main(void)
 {
     integrity(GM_SEGMENTS_PLAIN, GM_STRATEGY_TLSF, 1);
@@ -425,5 +516,6 @@ int main(void)
     maybe_threshold(0.0, true);  /* default 0.30 < 2/3 */
     maybe_threshold(0.9, false);
     bad_input();
+    threads_while_compacting();
     return check_summary();
 }
