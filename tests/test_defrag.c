@@ -476,9 +476,9 @@ static void threads_while_compacting(void)
             }
             if (!h[i]) {
                 void *a = NULL;
-                REQUIRE_OK(gm_alloc_movable(p, 8 * KiB + i * 512, NULL, &h[i]));
+                REQUIRE_OK(gm_alloc_movable(p, 8 * KiB, NULL, &h[i]));
                 REQUIRE_OK(gm_handle_ptr(p, h[i], &a));
-                fill(be, a, 8 * KiB + i * 512, i + 1);
+                fill(be, a, 8 * KiB, i + 1);
             }
         }
         for (unsigned i = 0; i < M; i += 2) { /* holes below the others */
@@ -491,7 +491,7 @@ static void threads_while_compacting(void)
             if (!h[i])
                 continue;
             REQUIRE_OK(gm_handle_ptr(p, h[i], &a));
-            CHECK(holds(be, a, 8 * KiB + i * 512, i + 1));
+            CHECK(holds(be, a, 8 * KiB, i + 1));
         }
         CHECK_OK(gm_pool_check(p));
     }
