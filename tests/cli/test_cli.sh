@@ -165,5 +165,52 @@ run 0 replay --json "$SRC/traces/resnet_train.csv.gz"
 json "$T/out" "d['ops'] == 26265 and d['oom_count'] == 0 and sum(d['bad_input'].values()) == 0"
 json "$T/out" "d['peak_live_bytes'] > 7 << 30 and d['peak_reserved_bytes'] >= d['peak_live_bytes']"
 
+# --- movable blocks and defragmentation in time gaps -------------------------------------------
+run 0 replay --help; has "$T/out" "--movable FRACTION"; has "$T/out" "--defrag on|off"
+run 0 replay --help; has "$T/out" "--defrag-gap SECONDS"; has "$T/out" "defrag_threshold"
+run 2 replay --movable 2 "$good";      has "$T/err" "not a number from 0 to 1"
+run 2 replay --defrag maybe "$good";   has "$T/err" "not on or off"
+run 2 replay --defrag-gap 0 "$good";   has "$T/err" "--defrag-gap"
+run 2 compare --movable 1 "$good";     has "$T/err" "unknown option --movable"
+run 2 replay --set defrag_threshold=2 "$good"; has "$T/err" "bad value"
+run 0 replay --json "$good"
+json "$T/out" "'defrag' not in d and 'movable' not in d['config'] and d['config']['defrag_threshold'] == 0.3"
+run 0 replay --json --movable 0.5 --defrag on "$good"
+json "$T/out" "set(d['defrag']) >= {'enabled', 'movable_fraction', 'steps', 'blocks_moved', 'bytes_moved', 'copy_ns'}"
+json "$T/out" "d['defrag']['enabled'] is True and d['defrag']['movable_fraction'] == 0.5 and 0 < d['defrag']['movable_allocs'] < 4"
+json "$T/out" "d['config']['movable'] == 0.5 and d['config']['defrag'] == 'on' and d['config']['defrag_gap'] == 0.001"
+json "$T/out" "d['ops'] == 8 and d['oom_count'] == 0"
+run 0 replay --movable 0.5 --defrag on --html "$T/defrag.html" "$good"
+has "$T/out" "movable"; has "$T/out" "copy time"; has "$T/defrag.html" "defragmentation"
+# The A/B/C pattern: ten 2 MiB blocks A0 B0 A1 B1 ... fill a 20 MiB segment, the As are freed
+# (five 2 MiB holes), then after a 10 ms gap an 8 MiB C arrives. Without compaction C needs a
+# second segment; with it the Bs move down and C fits in the first.
+abc="$T/abc.csv"
+{
+    echo "$H"
+    for i in 0 1 2 3 4; do
+        echo "1,0.00000$i,allocate,0x10${i}00000,2097152,0x0"
+        echo "1,0.00001$i,allocate,0x20${i}00000,2097152,0x0"
+    done
+    for i in 0 1 2 3 4; do echo "1,0.00002$i,free,0x10${i}00000,2097152,0x0"; done
+    echo "1,0.010000,allocate,0x3000000,8388608,0x0"
+    echo "1,0.010001,free,0x3000000,8388608,0x0"
+    for i in 0 1 2 3 4; do echo "1,0.01001$i,free,0x20${i}00000,2097152,0x0"; done
+} >"$abc"
+run 0 replay --json "$abc"; cp "$T/out" "$T/abc_off.json"
+run 0 replay --json --movable 1 --defrag on "$abc"; cp "$T/out" "$T/abc_on.json"
+json "$T/abc_on.json" "d['defrag']['steps'] >= 1 and d['defrag']['bytes_moved'] > 0 and d['defrag']['copy_ns'] > 0"
+json "$T/abc_on.json" "d['defrag']['movable_allocs'] == 11 and d['oom_count'] == 0"
+if python3 -c "import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); \
+assert b['peak_reserved_bytes'] <= a['peak_reserved_bytes'], (a['peak_reserved_bytes'], b['peak_reserved_bytes']); \
+assert b['peak_reserved_bytes'] < a['peak_reserved_bytes']" "$T/abc_off.json" "$T/abc_on.json"; then ok
+else bad "A/B/C: peak reserved with defrag is not below without"; fi
+run 0 replay --json --movable 1 --defrag on --defrag-gap 1 "$abc"
+json "$T/out" "d['defrag']['calls'] == 0 and d['defrag']['bytes_moved'] == 0"
+run 0 replay --json --movable 1 --defrag on --set defrag_threshold=1 "$abc"
+json "$T/out" "d['defrag']['calls'] == 1 and d['defrag']['steps'] == 0 and d['config']['defrag_threshold'] == 1"
+run 0 replay --json --movable 1 --defrag on --check "$SRC/traces/resnet_train.csv.gz"
+json "$T/out" "d['defrag']['bytes_moved'] > 0 and d['oom_count'] == 0 and d['ops'] == 26265"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -30,6 +30,7 @@ enum { TRACE_ALLOC = 0, TRACE_FREE = 1 };
 typedef struct trace_op {
     uint64_t size;   /* bytes of the allocation (for a free: of the allocation it ends) */
     uint64_t line;   /* line in the file, for messages */
+    double time;     /* the Time column (seconds); that of the line before when absent or bad */
     uint32_t slot;   /* allocation index */
     uint32_t stream; /* index into trace.streams; 0 = the default stream */
     uint8_t kind;    /* TRACE_ALLOC or TRACE_FREE */
@@ -144,7 +145,13 @@ typedef struct replay_options {
     int check;        /* gm_pool_check at every sample and at the end */
     int snapshot;     /* keep gm_pool_snapshot's JSON at the peak-live op */
     unsigned max_warnings;
+    double movable;    /* --movable: fraction of allocations made movable (0 = none) */
+    int defrag;        /* --defrag on: a gm_defrag_maybe step in every time gap >= defrag_gap */
+    double defrag_gap; /* seconds; 0 = DEFRAG_GAP_DEFAULT */
 } replay_options;
+
+/* Default --defrag-gap: a gap of 1 ms between two ops of the trace gets a defragmentation step. */
+#define DEFRAG_GAP_DEFAULT 0.001
 
 typedef struct replay_result {
     gm_device_info device;
@@ -166,6 +173,18 @@ typedef struct replay_result {
     size_t n_timeline;
     char *snapshot;          /* JSON text, or NULL */
     size_t snapshot_len;
+    /* Movable blocks and defragmentation: reported when defrag_shown (--movable > 0 or
+     * --defrag on), so the default report stays as it was. */
+    int defrag_shown;
+    int defrag_enabled;
+    double movable_fraction;
+    double defrag_gap;
+    uint64_t movable_allocs;   /* allocations made with gm_alloc_movable */
+    uint64_t defrag_calls;     /* gm_defrag_maybe calls made in time gaps */
+    uint64_t defrag_steps;     /* compaction passes (gm_stats: gap steps and OOM-ladder ones) */
+    uint64_t defrag_blocks_moved, defrag_bytes_moved;
+    uint64_t defrag_copy_ns;   /* gm_defrag_result.copy_time_ns summed over the gap steps */
+    uint64_t defrag_host_ns;   /* host time inside gm_defrag_maybe (not in host_ns) */
 } replay_result;
 
 /* Replay t. Returns EXIT_OK_, EXIT_RUNTIME or EXIT_USAGE (the pool rejected the config), with
@@ -196,11 +215,17 @@ typedef struct cli_options {
     const char *html;
     const char **paths;
     size_t n_paths;
+    double movable;    /* replay only: --movable, --defrag, --defrag-gap */
+    int defrag;
+    double defrag_gap;
 } cli_options;
 
 /* Which options a subcommand accepts: --backend and --set; --strategy and --segments; --json;
- * --html; --strict, --check, --no-progress and trace paths. */
-enum { OPT_DEVICE = 1, OPT_POOL = 2, OPT_JSON = 4, OPT_HTML = 8, OPT_TRACE = 16 };
+ * --html; --strict, --check, --no-progress and trace paths; --movable, --defrag and
+ * --defrag-gap. */
+enum {
+    OPT_DEVICE = 1, OPT_POOL = 2, OPT_JSON = 4, OPT_HTML = 8, OPT_TRACE = 16, OPT_DEFRAG = 32
+};
 
 /* Parse argv (after the subcommand name). Returns -1 when it parsed, or an exit code to return
  * now (EXIT_OK_ after --help, EXIT_USAGE with a message printed). */

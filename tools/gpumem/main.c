@@ -27,6 +27,13 @@ static const char REPLAY_USAGE[] =
     "  --json               print JSON instead of the text table (an array for several traces)\n"
     "  --html FILE          also write a self-contained HTML report with timelines and a\n"
     "                       segment map at peak live\n"
+    "  --movable FRACTION   allocate this fraction (0..1, default 0) of the trace's allocations\n"
+    "                       with gm_alloc_movable (chosen by a fixed hash of the allocation's\n"
+    "                       index: the same ones every run) and free them with gm_free_handle\n"
+    "  --defrag on|off      on: after an op followed by a time gap >= --defrag-gap in the\n"
+    "                       trace's Time column, run gm_defrag_maybe (default budget) on that\n"
+    "                       op's stream (default off; threshold: --set defrag_threshold=X)\n"
+    "  --defrag-gap SECONDS the gap that gets a defragmentation step (default 0.001 = 1 ms)\n"
     "  --strict             stop at the first bad trace line or unsatisfiable allocation\n"
     "  --check              run gm_pool_check at every timeline sample (slow; for debugging)\n"
     "  --no-progress        no progress bar (drawn on a terminal for traces over 100k ops)\n"
@@ -89,6 +96,39 @@ static int flag_option(const char *a, unsigned accepted, cli_options *o)
         return o->check = 1;
     if ((accepted & OPT_TRACE) && strcmp(a, "--no-progress") == 0)
         return o->no_progress = 1;
+    return 0;
+}
+
+/* --movable, --defrag, --defrag-gap. Returns 1 if consumed, 0 if not one of them, or an exit
+ * code + 2 on error. */
+static int defrag_option(int argc, char **argv, int *i, const char *command, cli_options *o)
+{
+    static const char *const names[] = {"--movable", "--defrag", "--defrag-gap"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        int missing = 0;
+        const char *v = option_value(argc, argv, i, names[k], &missing);
+        if (missing)
+            return 2 + usage_error(command, "%s needs a value", names[k]);
+        if (!v)
+            continue;
+        if (k == 1) {
+            if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0)
+                return 2 + usage_error(command, "--defrag: \"%s\" is not on or off", v);
+            o->defrag = strcmp(v, "on") == 0;
+            return 1;
+        }
+        char *end;
+        double x = strtod(v, &end);
+        if (end == v || *end || !(k == 0 ? x >= 0 && x <= 1 : x > 0 && x < 1e9))
+            return 2 + usage_error(command, k == 0 ? "--movable: \"%s\" is not a number from 0 "
+                                   "to 1" : "--defrag-gap: \"%s\" is not a number of seconds "
+                                   "above 0", v);
+        if (k == 0)
+            o->movable = x;
+        else
+            o->defrag_gap = x;
+        return 1;
+    }
     return 0;
 }
 
@@ -156,6 +196,8 @@ int cli_parse(int argc, char **argv, const char *command, unsigned accepted, con
             if (flag_option(a, accepted, o))
                 continue;
             int rc = value_option(argc, argv, &i, accepted, command, o);
+            if (rc == 0 && (accepted & OPT_DEFRAG))
+                rc = defrag_option(argc, argv, &i, command, o);
             if (rc >= 2)
                 return rc - 2;
             if (rc == 1)
@@ -229,7 +271,7 @@ static int write_outputs(const cli_options *o, trace *traces, replay_result *res
 int cmd_replay(int argc, char **argv)
 {
     cli_options o;
-    unsigned accepted = OPT_DEVICE | OPT_POOL | OPT_JSON | OPT_HTML | OPT_TRACE;
+    unsigned accepted = OPT_DEVICE | OPT_POOL | OPT_JSON | OPT_HTML | OPT_TRACE | OPT_DEFRAG;
     int rc = cli_parse(argc, argv, "replay", accepted, REPLAY_USAGE, &o);
     if (rc >= 0) {
         free(o.paths);
@@ -245,7 +287,9 @@ int cmd_replay(int argc, char **argv)
             break;
         char err[1024];
         replay_options ro = {.settings = o.settings, .strict = o.strict, .check = o.check,
-                             .snapshot = o.html != NULL, .max_warnings = MAX_WARNINGS};
+                             .snapshot = o.html != NULL, .max_warnings = MAX_WARNINGS,
+                             .movable = o.movable, .defrag = o.defrag,
+                             .defrag_gap = o.defrag_gap};
         ro.progress = !o.no_progress && isatty(STDERR_FILENO) &&
                       traces[done].n_ops > PROGRESS_MIN_OPS;
         rc = replay_run(&traces[done], &ro, &results[done], err, sizeof err);

@@ -8,6 +8,12 @@
  * (at most ~2000 timeline points) and right after the op where live bytes peak (known from the
  * trace's pre-scan), where the fragmentation figures and the optional snapshot are taken.
  *
+ * Movable blocks (--movable F): allocation slot i is movable when a fixed hash of i, read as a
+ * number in [0, 1), is below F, so runs are reproducible; those are allocated with
+ * gm_alloc_movable and freed with gm_free_handle. Defragmentation (--defrag on): after an op
+ * whose next op's Time is at least defrag_gap seconds later, one gm_defrag_maybe step at the
+ * default budget runs on that op's stream; its host time is kept out of the measured time.
+ *
  * Streams: each distinct logged stream other than 0x0 and 0x1 (the legacy default stream)
  * becomes a simulated stream; on a backend that cannot create streams they all run on NULL.
  */
@@ -20,6 +26,7 @@
 enum { TIMELINE_POINTS = 2000, WORST_FREE_PERCENT = 1, PROGRESS_WIDTH = 40 };
 static const uint64_t RECOMMEND_ROUNDING = 2u << 20; /* 2 MiB, the VMM page */
 static const uint64_t RECOMMEND_MARGIN_PERCENT = 15;  /* DESIGN.md: peak need + 10-20 % */
+static const uint64_t MOVABLE_SEED = 0x6770756d656d2d31ull; /* fixed: the choice is reproducible */
 
 typedef struct run {
     const trace *t;
@@ -29,6 +36,9 @@ typedef struct run {
     gm_pool *pool;
     gm_stream *streams;
     void **ptrs; /* live pointer of each allocation slot; NULL when free or failed */
+    gm_handle **handles; /* --movable: handle of each movable slot; NULL otherwise */
+    double gap;          /* --defrag on: seconds of trace time that get a step; 0 = off */
+    uint64_t defrag_failures;
     size_t sample_every;
     unsigned progress_shown; /* per mille drawn last */
     char *err;
@@ -53,6 +63,40 @@ int backend_open(const cli_settings *s, gm_backend **out, char *err, size_t errl
              s->backend == BACKEND_CUDA ? "cuda" : "sim", gm_status_str(st), *msg ? ": " : "",
              msg);
     return EXIT_RUNTIME;
+}
+
+/* splitmix64's finaliser over the slot index and the seed, scaled to [0, 1). */
+static int slot_is_movable(uint32_t slot, double fraction)
+{
+    if (fraction <= 0)
+        return 0;
+    uint64_t z = (uint64_t)slot + MOVABLE_SEED;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53 < fraction;
+}
+
+/* One defragmentation step after op i when the trace's clock pauses before op i + 1. Its host
+ * time is returned so the caller can keep it out of host_ns. */
+static uint64_t maybe_defrag(run *x, size_t i)
+{
+    const trace_op *ops = x->t->ops;
+    if (x->gap <= 0 || i + 1 >= x->t->n_ops || ops[i + 1].time - ops[i].time < x->gap)
+        return 0;
+    replay_result *r = x->r;
+    gm_defrag_result res;
+    uint64_t t0 = now_ns();
+    gm_status st = gm_defrag_maybe(x->pool, x->streams[ops[i].stream], 0, &res);
+    uint64_t spent = now_ns() - t0;
+    r->defrag_calls++;
+    r->defrag_host_ns += spent;
+    if (st == GM_OK || st == GM_ERR_BACKEND)
+        r->defrag_copy_ns += res.copy_time_ns;
+    if (st != GM_OK && x->defrag_failures++ < x->o->max_warnings)
+        fprintf(stderr, "gpumem: warning: %s:%llu: gm_defrag_maybe failed: %s: %s\n", x->t->path,
+                (unsigned long long)ops[i].line, gm_status_str(st), gm_last_error(x->pool));
+    return spent;
 }
 
 static int open_streams(run *x)
@@ -193,8 +237,9 @@ static int on_oom(run *x, const trace_op *op)
     return 0;
 }
 
-/* Replay ops [from, to). Returns the index reached: `to`, or the op that failed fatally. */
-static size_t run_ops(run *x, size_t from, size_t to)
+/* Replay ops [from, to). Returns the index reached: `to`, or the op that failed fatally.
+ * *excluded gets the host time spent in defragmentation steps. */
+static size_t run_ops(run *x, size_t from, size_t to, uint64_t *excluded)
 {
     const trace_op *ops = x->t->ops;
     replay_result *r = x->r;
@@ -202,12 +247,29 @@ static size_t run_ops(run *x, size_t from, size_t to)
     for (; i < to; i++) {
         const trace_op *op = &ops[i];
         gm_status st;
+        const char *call;
         if (op->kind == TRACE_ALLOC) {
-            st = gm_alloc(x->pool, (size_t)op->size, x->streams[op->stream], &x->ptrs[op->slot]);
+            gm_stream stream = x->streams[op->stream];
+            if (x->handles && slot_is_movable(op->slot, x->o->movable)) {
+                call = "gm_alloc_movable";
+                gm_handle **h = &x->handles[op->slot];
+                st = gm_alloc_movable(x->pool, (size_t)op->size, stream, h);
+                r->movable_allocs += st == GM_OK;
+                /* ptrs only marks the slot live; the address is the handle's business */
+                x->ptrs[op->slot] = st == GM_OK ? (void *)*h : NULL;
+            } else {
+                call = "gm_alloc";
+                st = gm_alloc(x->pool, (size_t)op->size, stream, &x->ptrs[op->slot]);
+            }
             r->ops++;
-            if (st == GM_OK)
+            if (st == GM_OK) {
+                if (x->gap > 0)
+                    *excluded += maybe_defrag(x, i);
                 continue;
+            }
             x->ptrs[op->slot] = NULL;
+            if (x->handles)
+                x->handles[op->slot] = NULL;
             if (st == GM_ERR_OUT_OF_MEMORY && on_oom(x, op) == 0)
                 continue;
         } else {
@@ -216,16 +278,25 @@ static size_t run_ops(run *x, size_t from, size_t to)
                 r->frees_skipped++;
                 continue;
             }
-            st = gm_free(x->pool, p, x->streams[op->stream]);
+            if (x->handles && x->handles[op->slot]) {
+                call = "gm_free_handle";
+                st = gm_free_handle(x->pool, x->handles[op->slot], x->streams[op->stream]);
+                x->handles[op->slot] = NULL;
+            } else {
+                call = "gm_free";
+                st = gm_free(x->pool, p, x->streams[op->stream]);
+            }
             r->ops++;
             x->ptrs[op->slot] = NULL;
-            if (st == GM_OK)
+            if (st == GM_OK) {
+                if (x->gap > 0)
+                    *excluded += maybe_defrag(x, i);
                 continue;
+            }
         }
         if (st != GM_ERR_OUT_OF_MEMORY)
             snprintf(x->err, x->errlen, "%s:%llu: %s failed: %s: %s", x->t->path,
-                     (unsigned long long)op->line, op->kind == TRACE_ALLOC ? "gm_alloc" : "gm_free",
-                     gm_status_str(st), gm_last_error(x->pool));
+                     (unsigned long long)op->line, call, gm_status_str(st), gm_last_error(x->pool));
         return i;
     }
     return i;
@@ -246,9 +317,9 @@ static int replay_ops(run *x)
             stop = n;
         if (done <= t->peak_op && stop > t->peak_op + 1)
             stop = t->peak_op + 1;
-        uint64_t t0 = now_ns();
-        size_t reached = run_ops(x, done, stop);
-        r->host_ns += now_ns() - t0;
+        uint64_t t0 = now_ns(), excluded = 0;
+        size_t reached = run_ops(x, done, stop, &excluded);
+        r->host_ns += now_ns() - t0 - excluded;
         if (reached != stop)
             return -1;
         done = stop;
@@ -297,7 +368,17 @@ static int setup(run *x)
     size_t points = x->t->n_ops / x->sample_every + 3;
     x->ptrs = calloc(x->t->n_slots ? x->t->n_slots : 1, sizeof *x->ptrs);
     r->timeline = calloc(points, sizeof *r->timeline);
-    if (!x->ptrs || !r->timeline || open_streams(x) != 0) {
+    int handles_failed = 0;
+    if (x->o->movable > 0) {
+        x->handles = calloc(x->t->n_slots ? x->t->n_slots : 1, sizeof *x->handles);
+        handles_failed = !x->handles;
+    }
+    r->defrag_shown = x->o->movable > 0 || x->o->defrag;
+    r->defrag_enabled = x->o->defrag;
+    r->movable_fraction = x->o->movable;
+    r->defrag_gap = x->o->defrag_gap > 0 ? x->o->defrag_gap : DEFRAG_GAP_DEFAULT;
+    x->gap = x->o->defrag ? r->defrag_gap : 0;
+    if (!x->ptrs || !r->timeline || handles_failed || open_streams(x) != 0) {
         snprintf(x->err, x->errlen, "%s: cannot set up the replay (host memory or streams)",
                  x->t->path);
         return EXIT_RUNTIME;
@@ -324,6 +405,9 @@ int replay_run(const trace *t, const replay_options *o, replay_result *r, char *
     if (rc == EXIT_OK_) {
         r->ns_per_op = r->ops ? (double)r->host_ns / (double)r->ops : 0;
         r->recommended_initial_reserve = recommend_reserve(r->final.peak_reserved_bytes);
+        r->defrag_steps = r->final.defrag_steps;
+        r->defrag_blocks_moved = r->final.defrag_blocks_moved;
+        r->defrag_bytes_moved = r->final.defrag_bytes_moved;
     }
     if (x.pool)
         gm_pool_destroy_force(x.pool);
@@ -331,6 +415,7 @@ int replay_run(const trace *t, const replay_options *o, replay_result *r, char *
     if (x.backend)
         gm_backend_destroy(x.backend);
     free(x.ptrs);
+    free(x.handles);
     if (rc != EXIT_OK_)
         replay_result_free(r);
     return rc;

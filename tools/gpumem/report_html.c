@@ -168,6 +168,15 @@ static void summary(FILE *f, const trace *t, const replay_result *r)
     snprintf(v, sizeof v, "%.3f ms device time, %.1f host ns/op",
              (double)fin->device_time_ns / 1e6, r->ns_per_op);
     summary_row(f, "time", v);
+    if (r->defrag_shown) {
+        format_bytes(r->defrag_bytes_moved, a, sizeof a);
+        snprintf(v, sizeof v, "movable %.3f, defrag %s: %llu steps, %llu blocks moved, %s moved, "
+                 "%.3f ms copy time (%s)", r->movable_fraction, r->defrag_enabled ? "on" : "off",
+                 (unsigned long long)r->defrag_steps, (unsigned long long)r->defrag_blocks_moved,
+                 a, (double)r->defrag_copy_ns / 1e6,
+                 strcmp(r->device.backend, "sim") == 0 ? "simulated" : "measured");
+        summary_row(f, "defragmentation", v);
+    }
     snprintf(v, sizeof v, "%llu out-of-memory; bad input: %llu malformed, %llu unknown frees, "
              "%llu double allocates, %llu truncated", (unsigned long long)r->oom_count,
              (unsigned long long)t->problems[TRACE_MALFORMED],

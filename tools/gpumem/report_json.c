@@ -5,10 +5,9 @@
  */
 #include "cli.h"
 
-void report_json_config(jw *w, const cli_settings *resolved)
+static void config_members(jw *w, const cli_settings *resolved)
 {
     char value[64];
-    jw_begin_object(w, "config");
     jw_string(w, "backend", resolved->backend == BACKEND_CUDA ? "cuda" : "sim");
     for (size_t i = 0; i < settings_count(); i++) {
         if (settings_is_sim(i) && resolved->backend != BACKEND_SIM)
@@ -16,6 +15,30 @@ void report_json_config(jw *w, const cli_settings *resolved)
         settings_value_json(i, resolved, value, sizeof value);
         jw_raw(w, settings_key(i), value);
     }
+}
+
+void report_json_config(jw *w, const cli_settings *resolved)
+{
+    jw_begin_object(w, "config");
+    config_members(w, resolved);
+    jw_end_object(w);
+}
+
+/* --movable / --defrag figures; only when one of them was given (the default report is as
+ * before). */
+static void defrag_figures(jw *w, const replay_result *r)
+{
+    jw_begin_object(w, "defrag");
+    jw_raw(w, "enabled", r->defrag_enabled ? "true" : "false");
+    jw_double(w, "movable_fraction", r->movable_fraction);
+    jw_u64(w, "movable_allocs", r->movable_allocs);
+    jw_double(w, "gap_s", r->defrag_gap);
+    jw_u64(w, "calls", r->defrag_calls);
+    jw_u64(w, "steps", r->defrag_steps);
+    jw_u64(w, "blocks_moved", r->defrag_blocks_moved);
+    jw_u64(w, "bytes_moved", r->defrag_bytes_moved);
+    jw_u64(w, "copy_ns", r->defrag_copy_ns);
+    jw_u64(w, "host_ns", r->defrag_host_ns);
     jw_end_object(w);
 }
 
@@ -82,7 +105,17 @@ void report_json_fields(jw *w, const trace *t, const replay_result *r)
     jw_u64(w, "streams", t->n_streams);
     jw_raw(w, "streams_merged", r->streams_merged ? "true" : "false");
     jw_u64(w, "recommended_initial_reserve", r->recommended_initial_reserve);
-    report_json_config(w, &r->resolved);
+    if (!r->defrag_shown) {
+        report_json_config(w, &r->resolved);
+        return;
+    }
+    defrag_figures(w, r);
+    jw_begin_object(w, "config");
+    config_members(w, &r->resolved);
+    jw_double(w, "movable", r->movable_fraction);
+    jw_string(w, "defrag", r->defrag_enabled ? "on" : "off");
+    jw_double(w, "defrag_gap", r->defrag_gap);
+    jw_end_object(w);
 }
 
 void report_json(jw *w, const trace *t, const replay_result *r)

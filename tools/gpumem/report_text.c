@@ -108,6 +108,22 @@ void report_text(FILE *f, const trace *t, const replay_result *r)
         strcmp(r->device.backend, "sim") == 0 ? "simulated H200 cost model" : "measured");
     row(f, "host time", "%.1f ns/op (%.3f s in gm_alloc/gm_free)", r->ns_per_op,
         (double)r->host_ns / 1e9);
+    if (r->defrag_shown) {
+        row(f, "movable", "%.3f of allocations (%llu made with gm_alloc_movable)",
+            r->movable_fraction, (unsigned long long)r->movable_allocs);
+        if (r->defrag_enabled)
+            row(f, "defrag", "on: %llu calls in time gaps >= %g s, %llu steps",
+                (unsigned long long)r->defrag_calls, r->defrag_gap,
+                (unsigned long long)r->defrag_steps);
+        else
+            row(f, "defrag", "off: %llu steps (out-of-memory ladder only)",
+                (unsigned long long)r->defrag_steps);
+        row(f, "  moved", "%llu blocks, %s", (unsigned long long)r->defrag_blocks_moved,
+            bytes(r->defrag_bytes_moved, a, sizeof a));
+        row(f, "  copy time", "%.3f ms (%s; gap steps), %.3f ms host",
+            (double)r->defrag_copy_ns / 1e6, strcmp(r->device.backend, "sim") == 0 ? "simulated" : "measured",
+            (double)r->defrag_host_ns / 1e6);
+    }
     if (r->oom_count)
         row(f, "out of memory", "%llu allocations failed (first at line %llu: %s); %llu of their "
             "frees skipped", (unsigned long long)r->oom_count,

@@ -103,6 +103,8 @@ static const setting settings[] = {
      "strategy fixed: blocks per segment, reserved ahead"},
     {"fixed_oversize_fail", SET_BOOL, POOL(fixed_oversize_fail), "false",
      "strategy fixed: refuse requests > fixed_block instead of using tlsf"},
+    {"defrag_threshold", SET_FRACTION, POOL(defrag_threshold), "0.3",
+     "gm_defrag_maybe (replay --defrag on) compacts only above this fragmentation rate"},
     {"sim.capacity", SET_SIZE, SIM(capacity), "141GiB", "simulated device memory"},
     {"sim.granularity", SET_SIZE, SIM(vmm_granularity), "2MiB",
      "simulated VMM page size (a power of two)"},

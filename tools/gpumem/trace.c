@@ -17,6 +17,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,10 +183,26 @@ static int parse_dec(field f, uint64_t *out)
     return 0;
 }
 
+/* Time in seconds (a plain decimal number, as RMM logs it). Only replay's --defrag reads it, so
+ * a value that does not parse is not a problem: *out keeps the previous line's time. */
+static void parse_time(field f, double *out)
+{
+    char buf[64];
+    if (f.n == 0 || f.n >= sizeof buf)
+        return;
+    memcpy(buf, f.s, f.n);
+    buf[f.n] = 0;
+    char *end;
+    double v = strtod(buf, &end);
+    if (*end == 0 && isfinite(v))
+        *out = v;
+}
+
 /* ---- the reader --------------------------------------------------------------------------- */
 
 typedef struct columns {
     int action, pointer, size, stream; /* field index; stream -1 = absent (all default) */
+    int time;                          /* -1 = absent (every op at time 0) */
     size_t count;
 } columns;
 
@@ -195,6 +212,7 @@ typedef struct reader {
     ptr_map live;
     columns col;
     uint64_t line;
+    double time; /* Time of the current line (the last one that parsed when it is bad) */
     char *err;
     size_t errlen;
 } reader;
@@ -283,7 +301,7 @@ static int on_allocate(reader *r, uint64_t ptr, uint64_t size, uint32_t stream)
         map_remove_at(&r->live, cell);
         if (old != ZERO_SLOT) {
             trace_op f = {.kind = TRACE_FREE, .slot = old, .stream = stream, .line = r->line,
-                          .implied = 1};
+                          .implied = 1, .time = r->time};
             if (push_op(r, &f) != 0)
                 return -1;
         }
@@ -305,7 +323,7 @@ static int on_allocate(reader *r, uint64_t ptr, uint64_t size, uint32_t stream)
         return fail(r, "more than %u allocations", (unsigned)ZERO_SLOT - 1);
     r->live.values[cell] = t->n_slots;
     trace_op op = {.kind = TRACE_ALLOC, .slot = t->n_slots++, .stream = stream, .size = size,
-                   .line = r->line};
+                   .line = r->line, .time = r->time};
     return push_op(r, &op);
 }
 
@@ -319,7 +337,8 @@ static int on_free(reader *r, uint64_t ptr, uint32_t stream)
     map_remove_at(&r->live, cell);
     if (slot == ZERO_SLOT)
         return 0;
-    trace_op op = {.kind = TRACE_FREE, .slot = slot, .stream = stream, .line = r->line};
+    trace_op op = {.kind = TRACE_FREE, .slot = slot, .stream = stream, .line = r->line,
+                   .time = r->time};
     return push_op(r, &op);
 }
 
@@ -330,7 +349,7 @@ static int parse_header(reader *r, const char *s, const char *e)
     if (e - s >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0)
         s += 3; /* UTF-8 byte-order mark */
     size_t n = split_fields(s, e, f);
-    columns c = {-1, -1, -1, -1, n};
+    columns c = {-1, -1, -1, -1, -1, n};
     for (size_t i = 0; i < n && i < MAX_FIELDS; i++) {
         int idx = (int)i;
         if (field_is(f[i], "Action"))
@@ -341,6 +360,8 @@ static int parse_header(reader *r, const char *s, const char *e)
             c.size = idx;
         else if (field_is(f[i], "Stream"))
             c.stream = idx;
+        else if (field_is(f[i], "Time"))
+            c.time = idx;
     }
     if (c.action < 0 || c.pointer < 0 || c.size < 0 || n > MAX_FIELDS) {
         size_t shown = (size_t)(e - s) < 60 ? (size_t)(e - s) : 60;
@@ -381,6 +402,8 @@ static int parse_line(reader *r, const char *s, const char *e)
         return problem(r, TRACE_MALFORMED, "malformed line: stream is not a hex number");
     if (ptr == 0)
         return problem(r, TRACE_MALFORMED, "malformed line: null pointer");
+    if (r->col.time >= 0)
+        parse_time(f[r->col.time], &r->time);
     uint32_t si = 0;
     if (stream_index(r, stream, &si) != 0)
         return -1;
