@@ -509,8 +509,46 @@ static void threads_while_compacting(void)
     gm_backend_destroy(be);
 }
 
+/* In a VMM arena a step moves blocks only onto mapped bytes: reserved bytes never rise. */
+static void vmm_moves_use_mapped_bytes(bool trim_first)
+{
+    gm_backend *be = sim_new(256 * MiB);
+    gm_config cfg = {0};
+    cfg.segments = GM_SEGMENTS_VMM;
+    cfg.vmm_reserve_bytes = 256 * MiB;
+    cfg.cache_disable = 1;
+    gm_pool *p = pool_new(be, &cfg);
+    gm_handle *low, *mid, *high;
+    CHECK_OK(gm_alloc_movable(p, 8 * MiB, NULL, &low));  /* pages 0-3 */
+    CHECK_OK(gm_alloc_movable(p, 8 * MiB, NULL, &mid));  /* pages 4-7 */
+    CHECK_OK(gm_alloc_movable(p, 8 * MiB, NULL, &high)); /* pages 8-11 */
+    CHECK_OK(gm_free_handle(p, low, NULL)); /* pages 0-3 idle, still mapped */
+    if (trim_first)
+        CHECK_OK(gm_trim(p, 0)); /* ... or unmapped: the hole below mid and high is bare */
+    gm_stats before = stats_of(p);
+    CHECK_EQ_U(before.reserved_bytes, trim_first ? 16 * MiB : 24 * MiB);
+    gm_defrag_result r;
+    CHECK_OK(gm_defrag_step(p, NULL, 0, &r));
+    gm_stats after = stats_of(p);
+    CHECK_EQ_U(after.peak_reserved_bytes, before.peak_reserved_bytes);
+    if (trim_first) {
+        CHECK_EQ_U(r.blocks_moved, 0); /* moving would have mapped pages 0-3 again */
+        CHECK_EQ_U(after.reserved_bytes, 16 * MiB);
+    } else {
+        CHECK_GE_U(r.blocks_moved, 1); /* onto the mapped hole; the vacated pages go back */
+        CHECK_EQ_U(after.reserved_bytes, 16 * MiB);
+    }
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free_handle(p, mid, NULL));
+    CHECK_OK(gm_free_handle(p, high, NULL));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
 int main(void)
 {
+    vmm_moves_use_mapped_bytes(false);
+    vmm_moves_use_mapped_bytes(true);
     integrity(GM_SEGMENTS_PLAIN, GM_STRATEGY_TLSF, 1);
     integrity(GM_SEGMENTS_VMM, GM_STRATEGY_TLSF, 1);
     integrity(GM_SEGMENTS_PLAIN, GM_STRATEGY_BUDDY, 0); /* no take_at: nothing moves */
