@@ -222,12 +222,12 @@ bool cache_evict_arena_locked(gm_pool *pool, const gm_arena *a)
     return false;
 }
 
-size_t cache_evict_locked(gm_pool *pool, size_t bytes)
+bool cache_evict_all_locked(gm_pool *pool)
 {
-    size_t before = pool->cache.bytes;
-    while (before - pool->cache.bytes < bytes && evict_one_locked(pool, -1))
-        ;
-    return before - pool->cache.bytes;
+    bool any = false;
+    while (evict_one_locked(pool, -1))
+        any = true;
+    return any;
 }
 
 /* The cap in force: the configured cap, and at most live_ratio x the bytes granted to live

@@ -319,7 +319,7 @@ void bmap_erase(block_map *m, size_t j);
 void cache_init(gm_cache *c, const gm_config *cfg, size_t capacity);
 bool cache_put_locked(gm_pool *pool, gm_block *b); /* false: not cached (disabled, too big) */
 gm_block *cache_take_locked(gm_pool *pool, size_t granted, gm_stream s);
-size_t cache_evict_locked(gm_pool *pool, size_t bytes);
+bool cache_evict_all_locked(gm_pool *pool); /* false: the cache was empty */
 bool cache_evict_one_locked(gm_pool *pool); /* false: the cache is empty */
 /* Evict the oldest cached block of arena a (it coalesces there); false if it has none. O(n). */
 bool cache_evict_arena_locked(gm_pool *pool, const gm_arena *a);

@@ -367,13 +367,12 @@ gm_status gm_pool_config(gm_pool *pool, gm_config *out)
 
 /* ---------------------------------------------------------------- heaps */
 
-static gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream, bool create)
+/* The heap of `stream`, created on first use; NULL if host memory is exhausted. */
+static gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream)
 {
     for (size_t i = 0; i < pool->heap_count; i++)
         if (pool->heaps[i].stream == stream)
             return &pool->heaps[i];
-    if (!create)
-        return NULL;
     if (pool->heap_count == pool->heap_cap) {
         /* Arenas point back at their heap and spans at their arena: re-point them. */
         size_t cap = pool->heap_cap ? pool->heap_cap * 2 : 4;
@@ -663,26 +662,22 @@ static void process_pending_locked(gm_pool *pool)
     }
 }
 
-/* Every thread's cached blocks back to the pool's cache (the world stopped meanwhile). */
-static void flush_thread_caches_locked(gm_pool *pool)
-{
-    (void)tcache_reclaim_locked(pool);
-}
-
 void pool_evict_caches_locked(gm_pool *pool)
 {
-    flush_thread_caches_locked(pool);
-    cache_evict_locked(pool, SIZE_MAX);
+    (void)tcache_reclaim_locked(pool);
+    cache_evict_all_locked(pool);
     if (pool->pending)
         process_pending_locked(pool);
 }
 
-/* Empty the cache and the pending list as far as the device allows: evict, wait for the streams
- * that freed memory, finish pending frees (which may refill the cache), again. */
+/* Empty the threads' caches, the pool's cache and the pending list as far as the device allows:
+ * evict, wait for the streams that freed memory, finish pending frees (which may refill the
+ * cache), again. */
 static void drain_locked(gm_pool *pool)
 {
+    (void)tcache_reclaim_locked(pool);
     for (int round = 0; round < 3; round++) {
-        cache_evict_locked(pool, SIZE_MAX);
+        cache_evict_all_locked(pool);
         sync_streams_locked(pool);
         if (!pool->pending)
             break;
@@ -843,7 +838,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     size_t initial = pool->cfg.initial_reserve_bytes;
     if (initial) {
         pthread_mutex_lock(&pool->lock);
-        gm_heap *h = heap_of_locked(pool, NULL, true);
+        gm_heap *h = heap_of_locked(pool, NULL);
         gm_arena *a = h ? &h->arenas[ARENA_LARGE] : NULL;
         st = a ? GM_OK : GM_ERR_HOST_MEMORY;
         if (st == GM_OK && initial > pool->limit)
@@ -1012,8 +1007,8 @@ static gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size, size
 {
     gm_status st = GM_ERR_OUT_OF_MEMORY;
     pool->oom_ladder[0]++;
-    flush_thread_caches_locked(pool);
-    if (cache_evict_locked(pool, SIZE_MAX) &&
+    bool evicted = tcache_reclaim_locked(pool);
+    if ((cache_evict_all_locked(pool) || evicted) &&
         (st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
         return st;
     pool->oom_ladder[1]++;
@@ -1034,8 +1029,7 @@ static gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size, size
         pthread_mutex_lock(&pool->lock);
         if (!again)
             break;
-        flush_thread_caches_locked(pool); /* what the program freed, back to the device */
-        drain_locked(pool);
+        drain_locked(pool); /* what the program freed, back to the device */
         release_free_memory_locked(pool, 0);
         if ((st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
             return st;
@@ -1052,7 +1046,7 @@ gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32
                                 "gm_alloc: size 0 is not a valid request");
     if (pool->pending)
         process_pending_locked(pool);
-    gm_heap *h = heap_of_locked(pool, stream, true);
+    gm_heap *h = heap_of_locked(pool, stream);
     if (!h)
         return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (heap)");
     const char *refused = "the configuration refuses this size";
@@ -1222,7 +1216,6 @@ gm_status gm_trim(gm_pool *pool, size_t keep_bytes)
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_trim", "pool is NULL");
     pthread_mutex_lock(&pool->lock);
-    flush_thread_caches_locked(pool);
     drain_locked(pool);
     release_free_memory_locked(pool, keep_bytes);
     if (keep_bytes == 0) /* also give back virtual ranges that hold nothing */

@@ -358,6 +358,13 @@ static int span_size_cmp(const void *x, const void *y)
     return (a < b) - (a > b);
 }
 
+/* A wholly free plain segment that may go back to the device while aiming at `target` reserved
+ * bytes: the initial reserve (pinned) goes only when the target is below it. */
+static bool span_releasable(const gm_span *s, size_t target)
+{
+    return !s->vmm && !s->live_blocks && !(s->pinned && target >= s->size);
+}
+
 /* Wholly free plain segments that may be released for `target`, largest first. */
 static size_t free_spans_locked(gm_pool *pool, size_t target, gm_span ***out)
 {
@@ -366,7 +373,7 @@ static size_t free_spans_locked(gm_pool *pool, size_t target, gm_span ***out)
     for (size_t h = 0; h < pool->heap_count; h++)
         for (int k = 0; k < ARENA_COUNT; k++)
             for (gm_span *s = pool->heaps[h].arenas[k].spans; s; s = s->next) {
-                if (s->vmm || s->live_blocks || (s->pinned && target >= s->size))
+                if (!span_releasable(s, target))
                     continue;
                 if (n == cap) {
                     cap = cap ? cap * 2 : 16;
@@ -393,7 +400,7 @@ size_t releasable_bytes_locked(gm_pool *pool)
     for (size_t h = 0; h < pool->heap_count; h++)
         for (int k = 0; k < ARENA_COUNT; k++)
             for (gm_span *s = pool->heaps[h].arenas[k].spans; s; s = s->next)
-                if (!s->vmm && !s->live_blocks && !s->pinned)
+                if (span_releasable(s, SIZE_MAX))
                     total += s->size;
     return total;
 }

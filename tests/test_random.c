@@ -303,8 +303,6 @@ static void run_one(const conf_case *cc, uint64_t seed, size_t ops, bool host)
     gm_config cfg = cc->cfg;
     if (cfg.segments == GM_SEGMENTS_VMM)
         cfg.vmm_reserve_bytes = 768 * MiB;
-    if (getenv("GM_TEST_NO_TC"))
-        cfg.thread_cache_blocks = GM_THREAD_CACHE_OFF;
     REQUIRE_OK(gm_pool_create(c.be, &cfg, &c.pool));
     unsigned long failed_before = check_failed_;
 
