@@ -217,6 +217,17 @@ typedef enum gm_release {
     GM_RELEASE_COUNT
 } gm_release;
 
+/* How plain segments are sized when the pool must grow (docs/architecture.md, "Growth"). */
+typedef enum gm_growth {
+    GM_GROWTH_DEFAULT = 0, /* = GM_GROWTH_GEOMETRIC (docs/benchmarks.md has the measurement) */
+    GM_GROWTH_GEOMETRIC,   /* a new shared segment is a fraction of what the pool already
+                              reserves (growth_fraction, between growth_min and growth_max):
+                              few device calls while a program ramps up */
+    GM_GROWTH_EXACT,       /* PyTorch's sizing: small_segment / medium_segment, and one
+                              segment of the request's own size from large_request_min on */
+    GM_GROWTH_COUNT
+} gm_growth;
+
 /* Cache buckets (gm_config.cache_*; gm_stats.cache). */
 enum { GM_CACHE_SMALL = 0, GM_CACHE_MEDIUM = 1, GM_CACHE_LARGE = 2, GM_CACHE_BUCKETS = 3 };
 
@@ -274,6 +285,15 @@ typedef struct gm_config {
                                   0 = 10 MiB */
     size_t medium_segment_bytes; /* 0 = 20 MiB */
     size_t segment_rounding;   /* large segments are rounded up to this; 0 = 2 MiB */
+    gm_growth growth;          /* plain segments: how a new segment is sized (gm_growth) */
+    double growth_fraction;    /* GEOMETRIC: a new shared segment for large requests is this
+                                  fraction of the bytes reserved, and one for small requests
+                                  an eighth of it; in (0, 1]; 0 = 0.125 */
+    size_t growth_min;         /* GEOMETRIC: smallest shared segment for large requests
+                                  (small ones: small_segment_bytes); 0 = 64 MiB */
+    size_t growth_max;         /* GEOMETRIC: largest shared segment for large requests (small
+                                  ones: a sixteenth of it); 0 = 512 MiB. A request of half the
+                                  shared size or more gets a segment of its own size */
 
     /* VMM. */
     size_t vmm_reserve_bytes; /* virtual range reserved per arena; 0 = device capacity */
@@ -530,14 +550,16 @@ GM_API gm_status gm_pool_set_error_callback(gm_pool *pool, gm_error_fn fn, void 
 /* The configuration the pool runs with, every default filled in. */
 GM_API gm_status gm_pool_config(gm_pool *pool, gm_config *out);
 
-/* Short static names of config enums ("tlsf", "vmm", "before_grow", "approx", "lru"), and the
- * reverse lookups (return GM_ERR_INVALID_ARGUMENT for unknown names). */
+/* Short static names of config enums ("tlsf", "vmm", "before_grow", "geometric", "approx",
+ * "lru"), and the reverse lookups (return GM_ERR_INVALID_ARGUMENT for unknown names). */
 GM_API const char *gm_strategy_str(gm_strategy s);
 GM_API const char *gm_segments_str(gm_segments s);
 GM_API const char *gm_release_str(gm_release r);
+GM_API const char *gm_growth_str(gm_growth g);
 GM_API gm_status gm_strategy_parse(const char *name, gm_strategy *out);
 GM_API gm_status gm_segments_parse(const char *name, gm_segments *out);
 GM_API gm_status gm_release_parse(const char *name, gm_release *out);
+GM_API gm_status gm_growth_parse(const char *name, gm_growth *out);
 GM_API const char *gm_match_str(gm_match m);
 GM_API const char *gm_evict_str(gm_evict e);
 GM_API gm_status gm_match_parse(const char *name, gm_match *out);

@@ -40,6 +40,10 @@ static const char *const strategy_names[GM_STRATEGY_COUNT] = {
 static const char *const segments_names[GM_SEGMENTS_COUNT] = {
     [GM_SEGMENTS_DEFAULT] = "default", [GM_SEGMENTS_PLAIN] = "plain", [GM_SEGMENTS_VMM] = "vmm",
 };
+static const char *const growth_names[GM_GROWTH_COUNT] = {
+    [GM_GROWTH_DEFAULT] = "default", [GM_GROWTH_GEOMETRIC] = "geometric",
+    [GM_GROWTH_EXACT] = "exact",
+};
 static const char *const release_names[GM_RELEASE_COUNT] = {
     [GM_RELEASE_DEFAULT] = "default", [GM_RELEASE_BEFORE_GROW] = "before_grow",
     [GM_RELEASE_ON_OOM] = "on_oom", [GM_RELEASE_EAGER] = "eager",
@@ -84,6 +88,10 @@ const char *gm_release_str(gm_release r)
 {
     return name_of(release_names, GM_RELEASE_COUNT, (unsigned)r);
 }
+const char *gm_growth_str(gm_growth g)
+{
+    return name_of(growth_names, GM_GROWTH_COUNT, (unsigned)g);
+}
 
 const char *gm_match_str(gm_match m)
 {
@@ -106,5 +114,6 @@ const char *gm_evict_str(gm_evict e)
 GM_DEFINE_PARSE(gm_strategy_parse, gm_strategy, strategy_names, GM_STRATEGY_COUNT)
 GM_DEFINE_PARSE(gm_segments_parse, gm_segments, segments_names, GM_SEGMENTS_COUNT)
 GM_DEFINE_PARSE(gm_release_parse, gm_release, release_names, GM_RELEASE_COUNT)
+GM_DEFINE_PARSE(gm_growth_parse, gm_growth, growth_names, GM_GROWTH_COUNT)
 GM_DEFINE_PARSE(gm_match_parse, gm_match, match_names, GM_MATCH_COUNT)
 GM_DEFINE_PARSE(gm_evict_parse, gm_evict, evict_names, GM_EVICT_COUNT)

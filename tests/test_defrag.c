@@ -120,6 +120,7 @@ static void integrity(gm_segments segments, gm_strategy strategy, int expect)
     gm_config cfg = {0};
     cfg.segments = segments;
     cfg.strategy = strategy;
+    cfg.growth = GM_GROWTH_EXACT; /* many segments, so that compaction empties some */
     gm_pool *p = pool_new(be, &cfg);
     move_log *log = calloc(1, sizeof *log);
     REQUIRE(log);
@@ -243,6 +244,7 @@ static void abc_pattern(bool movable)
     gm_backend *be = sim_new(1ull << 30);
     gm_config cfg = {0};
     cfg.reserve_limit_bytes = 64 * MiB;
+    cfg.growth = GM_GROWTH_EXACT;
     cfg.medium_segment_bytes = 16 * MiB;
     cfg.large_request_min = 8 * MiB;
     gm_pool *p = pool_new(be, &cfg);

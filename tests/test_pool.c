@@ -5,7 +5,9 @@
  */
 #include "check.h"
 
+static const size_t KiB = (size_t)1 << 10;
 static const size_t MiB = (size_t)1 << 20;
+static const size_t GiB = (size_t)1 << 30;
 
 /* The documented bin of a free block size (gpumem.h, GM_HISTOGRAM_BINS). */
 static unsigned histogram_bin_of(size_t size)
@@ -37,7 +39,8 @@ static void test_alloc_free_basics(void)
 {
     gm_backend *be = sim_new(0, 0);
     gm_config nocache = {0};
-    nocache.cache_disable = 1; /* freed blocks coalesce at once */
+    nocache.cache_disable = 1;        /* freed blocks coalesce at once */
+    nocache.growth = GM_GROWTH_EXACT; /* PyTorch's segment sizes */
     gm_pool *p = pool_new(be, &nocache);
     void *a = NULL, *b = NULL, *c = NULL;
     CHECK_OK(gm_alloc(p, 1, NULL, &a));
@@ -314,7 +317,7 @@ static int sink_write(void *user, const char *data, size_t len)
 static void test_snapshot(void)
 {
     gm_backend *be = sim_new(0, 0);
-    gm_pool *p = pool_new(be, NULL);
+    gm_pool *p = pool_new(be, &(gm_config){.growth = GM_GROWTH_EXACT});
     void *a, *b;
     CHECK_OK(gm_alloc(p, 1000, NULL, &a));
     CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &b));
@@ -427,6 +430,94 @@ static void test_vmm_pages(void)
     gm_backend_destroy(be);
 }
 
+/* GM_GROWTH_GEOMETRIC (the default): shared segments grow with what the pool reserves. */
+static void test_geometric_growth(void)
+{
+    gm_backend *be = sim_new(0, 0);
+    gm_config cfg = {0};
+    cfg.cache_disable = 1;
+    gm_pool *p = pool_new(be, &cfg);
+    gm_config got;
+    CHECK_OK(gm_pool_config(p, &got));
+    CHECK_EQ_U(got.growth, GM_GROWTH_GEOMETRIC);
+    CHECK(got.growth_fraction == 0.125);
+    CHECK_EQ_U(got.growth_min, 64 * MiB);
+    CHECK_EQ_U(got.growth_max, 512 * MiB);
+    void *s1, *m1, *own, *big[4], *m2, *s2;
+    /* an empty pool: the floors, 2 MiB for small requests and 64 MiB for large ones */
+    CHECK_OK(gm_alloc(p, 1000, NULL, &s1));
+    CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &m1));
+    gm_stats st;
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.reserved_bytes, 2 * MiB + 64 * MiB);
+    /* the 3 MiB block's segment still has room: no new segment */
+    CHECK_OK(gm_alloc(p, 40 * MiB, NULL, &m2));
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.segments, 2);
+    /* no room, and half the shared size or more: a segment of its own size (2 MiB-rounded) */
+    CHECK_OK(gm_alloc(p, 33 * MiB, NULL, &own));
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.reserved_bytes, 2 * MiB + 64 * MiB + 34 * MiB);
+    CHECK_EQ_U(st.segments, 3);
+    CHECK_OK(gm_free(p, m2, NULL));
+    for (int i = 0; i < 4; i++)
+        CHECK_OK(gm_alloc(p, 1024 * MiB, NULL, &big[i]));
+    CHECK_OK(gm_pool_stats(p, &st));
+    size_t before = st.reserved_bytes; /* 4 GiB + 100 MiB */
+    CHECK_EQ_U(before, 4096 * MiB + 100 * MiB);
+    /* 4.1 GiB reserved: a new shared segment is 1/8 of it, capped at growth_max (512 MiB) */
+    CHECK_OK(gm_alloc(p, 62 * MiB, NULL, &m2));
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.reserved_bytes, before + 512 * MiB);
+    /* small segments: 1/64 of the reserved bytes, capped at growth_max / 16 (32 MiB) */
+    void *small[2];
+    for (int i = 0; i < 2; i++) /* the first 2 MiB small segment keeps 47 KiB free */
+        CHECK_OK(gm_alloc(p, 1000 * KiB, NULL, &small[i]));
+    CHECK_OK(gm_alloc(p, 100 * KiB, NULL, &s2));
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.reserved_bytes, before + 512 * MiB + 32 * MiB);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy_force(p));
+
+    /* growth_fraction, min and max are honoured; a fraction of 1 doubles the pool */
+    cfg.growth_fraction = 1.0;
+    cfg.growth_min = 8 * MiB;
+    cfg.growth_max = 1024 * MiB;
+    p = pool_new(be, &cfg);
+    void *m[5];
+    CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &m[0])); /* an 8 MiB segment (the floor) */
+    CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &m[1]));
+    CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &m[2])); /* 2 MiB left: a new one of 1 x 8 MiB */
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.reserved_bytes, 16 * MiB);
+    CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &m[3]));
+    CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &m[4])); /* then 1 x 16 MiB */
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.reserved_bytes, 32 * MiB);
+    CHECK_EQ_U(st.segments, 3);
+    CHECK_OK(gm_pool_destroy_force(p));
+
+    /* bad values name the field; names round-trip */
+    gm_config bad = {0};
+    gm_pool *q = NULL;
+    bad.growth_fraction = 1.5;
+    CHECK_STATUS(gm_pool_create(be, &bad, &q), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "growth_fraction");
+    bad = (gm_config){.growth_min = 2 * GiB, .growth_max = GiB};
+    CHECK_STATUS(gm_pool_create(be, &bad, &q), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "growth_min");
+    bad = (gm_config){.growth = (gm_growth)9};
+    CHECK_STATUS(gm_pool_create(be, &bad, &q), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "growth");
+    CHECK(q == NULL);
+    gm_growth g;
+    CHECK_OK(gm_growth_parse("exact", &g));
+    CHECK_EQ_U(g, GM_GROWTH_EXACT);
+    CHECK(strcmp(gm_growth_str(GM_GROWTH_GEOMETRIC), "geometric") == 0);
+    CHECK_STATUS(gm_growth_parse("doubling", &g), GM_ERR_INVALID_ARGUMENT);
+    gm_backend_destroy(be);
+}
+
 static void test_reset_peaks_and_names(void)
 {
     gm_backend *be = sim_new(0, 0);
@@ -463,6 +554,7 @@ int main(void)
     test_snapshot();
     test_streams();
     test_vmm_pages();
+    test_geometric_growth();
     test_reset_peaks_and_names();
     (void)callback_calls;
     return check_summary();

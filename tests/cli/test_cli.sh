@@ -182,9 +182,10 @@ json "$T/out" "d['config']['movable'] == 0.5 and d['config']['defrag'] == 'on' a
 json "$T/out" "d['ops'] == 8 and d['oom_count'] == 0"
 run 0 replay --movable 0.5 --defrag on --html "$T/defrag.html" "$good"
 has "$T/out" "movable"; has "$T/out" "copy time"; has "$T/defrag.html" "defragmentation"
-# The A/B/C pattern: ten 2 MiB blocks A0 B0 A1 B1 ... fill a 20 MiB segment, the As are freed
-# (five 2 MiB holes), then after a 10 ms gap an 8 MiB C arrives. Without compaction C needs a
-# second segment; with it the Bs move down and C fits in the first.
+# The A/B/C pattern, with PyTorch's segment sizing (growth=exact): ten 2 MiB blocks A0 B0 A1 B1
+# ... fill a 20 MiB segment, the As are freed (five 2 MiB holes), then after a 10 ms gap an 8 MiB
+# C arrives. Without compaction C needs a second segment; with it the Bs move down and C fits in
+# the first.
 abc="$T/abc.csv"
 {
     echo "$H"
@@ -197,8 +198,8 @@ abc="$T/abc.csv"
     echo "1,0.010001,free,0x3000000,8388608,0x0"
     for i in 0 1 2 3 4; do echo "1,0.01001$i,free,0x20${i}00000,2097152,0x0"; done
 } >"$abc"
-run 0 replay --json "$abc"; cp "$T/out" "$T/abc_off.json"
-run 0 replay --json --movable 1 --defrag on "$abc"; cp "$T/out" "$T/abc_on.json"
+run 0 replay --json --set growth=exact "$abc"; cp "$T/out" "$T/abc_off.json"
+run 0 replay --json --set growth=exact --movable 1 --defrag on "$abc"; cp "$T/out" "$T/abc_on.json"
 json "$T/abc_on.json" "d['defrag']['steps'] >= 1 and d['defrag']['bytes_moved'] > 0 and d['defrag']['copy_ns'] > 0"
 json "$T/abc_on.json" "d['defrag']['movable_allocs'] == 11 and d['oom_count'] == 0"
 if python3 -c "import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); \

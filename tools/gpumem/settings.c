@@ -23,6 +23,7 @@ typedef enum setting_type {
     SET_STRATEGY, /* gm_strategy */
     SET_SEGMENTS, /* gm_segments */
     SET_RELEASE,  /* gm_release */
+    SET_GROWTH,   /* gm_growth */
     SET_MATCH,    /* gm_match */
     SET_EVICT,    /* gm_evict */
 } setting_type;
@@ -65,6 +66,14 @@ static const setting settings[] = {
      "segment size shared by medium requests"},
     {"segment_rounding", SET_SIZE, POOL(segment_rounding), "2MiB",
      "large segments are rounded up to this"},
+    {"growth", SET_GROWTH, POOL(growth), "default (geometric)",
+     "plain segment sizing: geometric (a fraction of what is reserved), exact (PyTorch's)"},
+    {"growth_fraction", SET_FRACTION, POOL(growth_fraction), "0.125",
+     "geometric: a new shared segment is this fraction of the reserved bytes"},
+    {"growth_min", SET_SIZE, POOL(growth_min), "64MiB",
+     "geometric: smallest shared segment for large requests"},
+    {"growth_max", SET_SIZE, POOL(growth_max), "512MiB",
+     "geometric: largest shared segment; requests of half the shared size get their own"},
     {"vmm_reserve", SET_SIZE, POOL(vmm_reserve_bytes), "device capacity",
      "virtual range reserved per VMM arena"},
     {"cache_disable", SET_BOOL, POOL(cache_disable), "false",
@@ -189,6 +198,7 @@ static void list_names(char *buf, size_t n, const char *(*name)(unsigned), unsig
 static const char *strategy_name(unsigned i) { return gm_strategy_str((gm_strategy)i); }
 static const char *segments_name(unsigned i) { return gm_segments_str((gm_segments)i); }
 static const char *release_name(unsigned i) { return gm_release_str((gm_release)i); }
+static const char *growth_name(unsigned i) { return gm_growth_str((gm_growth)i); }
 static const char *match_name(unsigned i) { return gm_match_str((gm_match)i); }
 static const char *evict_name(unsigned i) { return gm_evict_str((gm_evict)i); }
 
@@ -242,6 +252,10 @@ static int set_value(cli_settings *s, const setting *d, const char *v, char *wan
     case SET_RELEASE:
         list_names(want, n, release_name, GM_RELEASE_COUNT);
         st = gm_release_parse(v, f);
+        break;
+    case SET_GROWTH:
+        list_names(want, n, growth_name, GM_GROWTH_COUNT);
+        st = gm_growth_parse(v, f);
         break;
     case SET_MATCH:
         list_names(want, n, match_name, GM_MATCH_COUNT);
@@ -350,6 +364,9 @@ static void value_of(size_t i, const cli_settings *s, char *buf, size_t n, int j
         break;
     case SET_RELEASE:
         snprintf(buf, n, "%s%s%s", q, gm_release_str(*(const gm_release *)f), q);
+        break;
+    case SET_GROWTH:
+        snprintf(buf, n, "%s%s%s", q, gm_growth_str(*(const gm_growth *)f), q);
         break;
     case SET_MATCH:
         snprintf(buf, n, "%s%s%s", q, gm_match_str(*(const gm_match *)f), q);
