@@ -138,7 +138,7 @@ static void file_block(gm_cache *c, gm_block *blk)
     b->blocks++;
     c->bytes += blk->size;
     c->blocks++;
-    blk->flags |= BLOCK_CACHED;
+    flags_add(blk, BLOCK_CACHED);
 }
 
 static void unfile_block(gm_cache *c, gm_block *blk)
@@ -170,7 +170,7 @@ static void unfile_block(gm_cache *c, gm_block *blk)
     b->blocks--;
     c->bytes -= blk->size;
     c->blocks--;
-    blk->flags &= ~BLOCK_CACHED;
+    flags_drop(blk, BLOCK_CACHED);
 }
 
 /* ---------------------------------------------------------------- eviction */

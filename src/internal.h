@@ -66,8 +66,24 @@ typedef struct gm_block {
     uint32_t extra_count;
     uint32_t handle;        /* movable blocks (live): handle slot + 1 (defrag.c); 0 = plain */
     _Atomic uint32_t flags; /* atomic: the lock-free path flips BLOCK_THREAD while the pool
-                               lock holder may read a neighbour's flags */
+                               lock holder may read a neighbour's flags. Written with
+                               flags_set/flags_add/flags_drop: one owner writes at a time (the
+                               pool lock, or the shard lock of a block in a thread cache), so a
+                               relaxed store does, without a locked instruction */
 } gm_block;
+
+static inline void flags_set(gm_block *b, uint32_t v)
+{
+    atomic_store_explicit(&b->flags, v, memory_order_relaxed);
+}
+static inline void flags_add(gm_block *b, uint32_t v)
+{
+    flags_set(b, atomic_load_explicit(&b->flags, memory_order_relaxed) | v);
+}
+static inline void flags_drop(gm_block *b, uint32_t v)
+{
+    flags_set(b, atomic_load_explicit(&b->flags, memory_order_relaxed) & ~v);
+}
 
 struct gm_span {
     uintptr_t base;

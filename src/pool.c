@@ -225,14 +225,17 @@ void pool_note_reserved_locked(gm_pool *pool, size_t bytes, bool grow)
 
 static void note_live(gm_pool *pool, const gm_block *b, bool alloc)
 {
+    /* written only under the pool lock, read without it: relaxed, no locked instruction */
+    size_t live = atomic_load_explicit(&pool->live_bytes, memory_order_relaxed);
+    size_t allocated = atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed);
     if (!alloc) {
-        pool->live_bytes -= b->requested;
-        pool->allocated_bytes -= b->size;
+        atomic_store_explicit(&pool->live_bytes, live - b->requested, memory_order_relaxed);
+        atomic_store_explicit(&pool->allocated_bytes, allocated - b->size, memory_order_relaxed);
         pool->live_blocks--;
         return;
     }
-    pool->live_bytes += b->requested;
-    pool->allocated_bytes += b->size;
+    atomic_store_explicit(&pool->live_bytes, live + b->requested, memory_order_relaxed);
+    atomic_store_explicit(&pool->allocated_bytes, allocated + b->size, memory_order_relaxed);
     pool->live_blocks++;
     pool_update_peaks_locked(pool);
 }
@@ -493,7 +496,7 @@ gm_block *block_split_locked(gm_pool *pool, gm_block *b, size_t size)
     rest->addr = b->addr + size;
     rest->size = b->size - size;
     rest->span = b->span;
-    rest->flags = BLOCK_FREE;
+    flags_set(rest, BLOCK_FREE);
     rest->phys_prev = b;
     rest->phys_next = b->phys_next;
     if (b->phys_next)
@@ -517,7 +520,7 @@ void block_merge_next_locked(gm_pool *pool, gm_block *b)
 void block_untake_locked(gm_pool *pool, gm_block *b)
 {
     gm_span *s = b->span;
-    b->flags = BLOCK_FREE;
+    flags_set(b, BLOCK_FREE);
     b->requested = 0;
     b->handle = 0;
     free(b->extra_streams);
@@ -597,7 +600,7 @@ static gm_status arena_alloc_locked(gm_pool *pool, gm_arena *a, size_t granted, 
     }
     if (!b) /* VMM: the virtual range is exhausted */
         return GM_ERR_OUT_OF_MEMORY;
-    b->flags = 0;
+    flags_set(b, 0);
     b->span->live_blocks++;
     gm_status st;
     if (vmm) {
@@ -698,7 +701,7 @@ static void process_pending_locked(gm_pool *pool)
         *link = b->free_next;
         b->free_next = NULL;
         bool to_strategy = b->flags & BLOCK_TO_STRATEGY;
-        b->flags &= ~(BLOCK_PENDING | BLOCK_TO_STRATEGY);
+        flags_drop(b, BLOCK_PENDING | BLOCK_TO_STRATEGY);
         if (to_strategy)
             block_release_locked(pool, b);
         else
@@ -787,7 +790,7 @@ static void defer_block_locked(gm_pool *pool, gm_block *b, const gm_stream *stre
             block_retire_locked(pool, b);
         return;
     }
-    b->flags |= BLOCK_PENDING | (to_strategy ? BLOCK_TO_STRATEGY : 0u);
+    flags_add(b, BLOCK_PENDING | (to_strategy ? BLOCK_TO_STRATEGY : 0u));
     b->free_next = pool->pending;
     pool->pending = b;
 }
@@ -930,7 +933,7 @@ static void pool_teardown(gm_pool *pool)
         for (uint32_t i = 0; i < b->extra_count; i++)
             pool_event_put_locked(pool, events[i]);
         b->extra_count = 0;
-        b->flags &= ~(BLOCK_PENDING | BLOCK_TO_STRATEGY);
+        flags_drop(b, BLOCK_PENDING | BLOCK_TO_STRATEGY);
         block_release_locked(pool, b);
     }
     for (int k = 0; k < LIVE_SHARDS; k++) { /* force: live blocks are dropped */
@@ -1120,7 +1123,7 @@ gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32
                              gm_backend_last_error());
         return st;
     }
-    b->flags = 0;
+    flags_set(b, 0);
     b->handle = handle;
     b->tag = stream;
     b->requested = size;

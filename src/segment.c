@@ -84,7 +84,7 @@ static gm_status span_new(gm_pool *pool, gm_arena *a, uintptr_t base, size_t siz
     b->addr = base;
     b->size = size;
     b->span = s;
-    b->flags = BLOCK_FREE;
+    flags_set(b, BLOCK_FREE);
     span_link(a, s);
     a->ops->add_span(pool, a, s);
     pool->segment_count++;

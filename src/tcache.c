@@ -162,7 +162,7 @@ static void retire_entries_locked(gm_pool *pool, gm_tcache *tc)
     unsigned n = atomic_load_explicit(&tc->count, memory_order_relaxed);
     for (unsigned i = 0; i < n; i++) {
         gm_block *b = tc->e[i].b;
-        b->flags = 0;
+        flags_set(b, 0);
         b->tag = tc->e[i].stream;
         note_stream_for_sync(pool, b->tag); /* the fast free could not note it */
         block_retire_locked(pool, b);
@@ -340,7 +340,7 @@ bool tcache_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
     if (filed) { /* all under the shard lock, so a stopped world sees it whole */
         b->requested = size;
         b->tag = stream;
-        b->flags = 0;
+        flags_set(b, 0);
         tc->e[i] = tc->e[count - 1];
         atomic_store_explicit(&tc->count, count - 1, memory_order_relaxed);
         atomic_store_explicit(&tc->by_hash[h], (uint8_t)(tc->by_hash[h] - 1), memory_order_relaxed);
@@ -373,7 +373,7 @@ bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream)
                 b->tag == stream && b->size <= TC_BLOCK_MAX && tc->bytes + b->size <= TC_BYTES;
     if (take) { /* all under the shard lock, so a stopped world sees it whole */
         bmap_erase(&sh->map, j);
-        b->flags = BLOCK_THREAD;
+        flags_set(b, BLOCK_THREAD);
         tc->e[count] = (tc_entry){b, b->size, stream};
         atomic_store_explicit(&tc->count, count + 1, memory_order_relaxed);
         unsigned h = size_hash(b->size);

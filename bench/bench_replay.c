@@ -1,0 +1,135 @@
+/*
+ * bench_replay: the host cost of gm_alloc/gm_free on a real trace, measured the way
+ * ../shared/tools/torch_replay.py measures PyTorch's allocator: the trace is parsed first, then
+ * one clock read before and one after a tight loop of allocate/free calls (device calls for
+ * growth included). Each repeat starts from a fresh pool. Also prints where the requests were
+ * served (thread caches, the pool's cache, the strategy), which explains the time.
+ *
+ * usage: bench_replay [--backend sim|cuda] [--repeat N] [--set KEY=VALUE]... TRACE...
+ *   sim runs with sim.no_costs=true unless --set says otherwise: host time only.
+ */
+#include "bench_common.h"
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct result {
+    double ns_per_op;
+    gm_stats stats;
+} result;
+
+static int replay_once(const trace *t, const cli_settings *s, result *out)
+{
+    char err[512];
+    gm_backend *be = NULL;
+    if (backend_open(s, &be, err, sizeof err) != 0) {
+        fprintf(stderr, "bench_replay: %s\n", err);
+        return -1;
+    }
+    gm_pool *pool = NULL;
+    void **ptrs = calloc(t->n_slots ? t->n_slots : 1, sizeof *ptrs);
+    gm_status st = ptrs ? gm_pool_create(be, &s->pool, &pool) : GM_ERR_HOST_MEMORY;
+    if (st != GM_OK) {
+        fprintf(stderr, "bench_replay: pool: %s %s\n", gm_status_str(st), gm_last_error(NULL));
+        free(ptrs);
+        gm_backend_destroy(be);
+        return -1;
+    }
+    size_t failed = 0;
+    double t0 = now_ns();
+    for (size_t i = 0; i < t->n_ops; i++) {
+        const trace_op *op = &t->ops[i];
+        if (op->kind == TRACE_ALLOC) {
+            if (gm_alloc(pool, (size_t)op->size, NULL, &ptrs[op->slot]) != GM_OK) {
+                ptrs[op->slot] = NULL;
+                failed++;
+            }
+        } else if (ptrs[op->slot]) {
+            (void)gm_free(pool, ptrs[op->slot], NULL);
+            ptrs[op->slot] = NULL;
+        }
+    }
+    double t1 = now_ns();
+    out->ns_per_op = (t1 - t0) / (double)(t->n_ops ? t->n_ops : 1);
+    (void)gm_pool_stats(pool, &out->stats);
+    (void)gm_pool_destroy_force(pool);
+    gm_backend_destroy(be);
+    free(ptrs);
+    if (failed)
+        fprintf(stderr, "bench_replay: %s: %zu allocations failed\n", t->path, failed);
+    return 0;
+}
+
+static int cmp_result(const void *a, const void *b)
+{
+    return cmp_double(&((const result *)a)->ns_per_op, &((const result *)b)->ns_per_op);
+}
+
+int main(int argc, char **argv)
+{
+    cli_settings s;
+    memset(&s, 0, sizeof s);
+    s.sim.no_costs = 1;
+    unsigned repeat = 5;
+    char err[512];
+    int first_trace = argc;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
+            s.backend = !strcmp(argv[++i], "cuda") ? BACKEND_CUDA : BACKEND_SIM;
+        } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
+            repeat = (unsigned)atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
+            if (settings_set(&s, argv[++i], err, sizeof err) != 0) {
+                fprintf(stderr, "bench_replay: %s\n", err);
+                return 2;
+            }
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "usage: bench_replay [--backend sim|cuda] [--repeat N] "
+                            "[--set KEY=VALUE]... TRACE...\n");
+            return 2;
+        } else {
+            first_trace = i;
+            break;
+        }
+    }
+    if (first_trace == argc || repeat == 0) {
+        fprintf(stderr, "bench_replay: no trace given\n");
+        return 2;
+    }
+    printf("%-16s %9s %9s %7s %7s %7s %6s\n", "trace", "best", "median", "thread",
+           "cache", "strat", "calls");
+    for (int a = first_trace; a < argc; a++) {
+        trace t;
+        trace_read_options opt = {0};
+        if (trace_read(argv[a], &opt, &t, err, sizeof err) != 0) {
+            fprintf(stderr, "bench_replay: %s\n", err);
+            return 1;
+        }
+        result *r = calloc(repeat, sizeof *r);
+        for (unsigned k = 0; r && k < repeat; k++)
+            if (replay_once(&t, &s, &r[k]) != 0)
+                return 1;
+        if (!r)
+            return 1;
+        qsort(r, repeat, sizeof *r, cmp_result);
+        const gm_stats *st = &r[0].stats;
+        uint64_t allocs = st->alloc_count ? st->alloc_count : 1, cache_hits = 0, calls = 0;
+        for (int b = 0; b < GM_CACHE_BUCKETS; b++)
+            cache_hits += st->cache[b].hits;
+        for (int c = 0; c < GM_CALL_KINDS; c++)
+            calls += st->device_calls[c];
+        const char *name = strrchr(t.path, '/') ? strrchr(t.path, '/') + 1 : t.path;
+        /* where allocations were served: a thread cache, the pool's cache, the strategy */
+        printf("%-16.16s %6.1f ns %6.1f ns %6.1f%% %6.1f%% %6.1f%% %6llu\n", name,
+               r[0].ns_per_op, r[repeat / 2].ns_per_op,
+               100.0 * (double)st->thread_cache_hits / (double)allocs,
+               100.0 * (double)cache_hits / (double)allocs,
+               100.0 * (double)(allocs - st->thread_cache_hits - cache_hits) / (double)allocs,
+               (unsigned long long)calls);
+        free(r);
+        trace_free(&t);
+    }
+    return 0;
+}
