@@ -82,9 +82,9 @@ void report_text(FILE *f, const trace *t, const replay_result *r)
     const cli_settings *s = &r->resolved;
     fprintf(f, "%s\n", t->path);
     row(f, "device", "%s, %s", r->device.name, bytes(r->device.total_bytes, a, sizeof a));
-    row(f, "pool", "strategy=%s segments=%s release=%s (--json shows every setting)",
+    row(f, "pool", "strategy=%s segments=%s growth=%s release=%s (--json shows every setting)",
         gm_strategy_str(s->pool.strategy), gm_segments_str(s->pool.segments),
-        gm_release_str(s->pool.release));
+        gm_growth_str(s->pool.growth), gm_release_str(s->pool.release));
     row(f, "ops", "%s (%s allocs, %s frees)", grouped(r->ops, a, sizeof a),
         grouped(fin->alloc_count + r->oom_count, b, sizeof b),
         grouped(fin->free_count, c, sizeof c));
