@@ -287,6 +287,8 @@ static gm_status resolve_config(const gm_backend *be, const gm_config *in, gm_co
         c->fixed_reserve_blocks = 16;
     if (c->defrag_threshold == 0.0)
         c->defrag_threshold = 0.30;
+    if (!c->defrag_step_ns)
+        c->defrag_step_ns = GM_DEFRAG_DEFAULT_STEP_NS;
 
     const char *bad = NULL;
     if ((unsigned)c->strategy >= GM_STRATEGY_COUNT)
@@ -330,6 +332,8 @@ static gm_status resolve_config(const gm_backend *be, const gm_config *in, gm_co
               "fixed_reserve_blocks must fit in a size";
     else if (!(c->defrag_threshold > 0.0 && c->defrag_threshold <= 1.0))
         bad = "defrag_threshold must be in [0, 1] (0 = 0.30)";
+    else if (!(c->defrag_copy_bandwidth >= 0.0 && c->defrag_copy_bandwidth < 1e18))
+        bad = "defrag_copy_bandwidth must be >= 0 bytes per second (0 = the H200 cost model)";
     if (bad) {
         snprintf(why, why_len, "gm_pool_create: invalid config: %s", bad);
         return GM_ERR_INVALID_ARGUMENT;

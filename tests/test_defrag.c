@@ -163,7 +163,7 @@ static void integrity(gm_segments segments, gm_strategy strategy, int expect)
     CHECK_GT_U(before.movable_live_blocks, 0);
     CHECK_GT_U(before.pinned_live_blocks, 0);
     const size_t budget = 1 * MiB;
-    uint64_t moved = 0, steps = 0, released = 0;
+    uint64_t moved = 0, steps = 0, released = 0, recorded_moved = 0;
     for (int step = 0; step < 400; step++) {
         gm_defrag_result r;
         size_t logged = log->n;
@@ -182,7 +182,8 @@ static void integrity(gm_segments segments, gm_strategy strategy, int expect)
             if (b[i].h)
                 REQUIRE_OK(gm_handle_ptr(p, b[i].h, &now));
             if (now != b[i].addr) {
-                CHECK(b[i].h && !b[i].pinned && !b[i].recorded); /* only these ever move */
+                CHECK(b[i].h && !b[i].pinned); /* only these ever move */
+                recorded_moved += b[i].recorded;
                 bool seen = false; /* the callback saw (old, new, size) */
                 for (size_t k = logged; k < log->n; k++)
                     seen |= log->v[k].to == now && log->v[k].size == b[i].size;
@@ -216,6 +217,7 @@ static void integrity(gm_segments segments, gm_strategy strategy, int expect)
         CHECK_GT_U(after.defrag_bytes_moved, 0);
         CHECK_GT_U(released, 0);
         CHECK_LT_U(after.reserved_bytes, before.reserved_bytes);
+        CHECK_GT_U(recorded_moved, 0); /* blocks another stream used move too (with events) */
     } else if (expect == 0) {
         CHECK_EQ_U(moved, 0);
     }
@@ -545,8 +547,152 @@ static void vmm_moves_use_mapped_bytes(bool trim_first)
     gm_backend_destroy(be);
 }
 
+
+/* ---------------------------------------------------------------- time budget */
+
+/* 128 movable 1 MiB blocks, two per 2 MiB small segment; the lower block of each segment is
+ * freed, so 32 blocks (those of the upper 32 segments) can move down into the lower 32
+ * segments' holes. By the H200 cost model a 1 MiB copy is launch-bound (5.3 us), so the default
+ * 256 MiB byte budget alone would let one step queue all 32 copies (170 us); the time budget
+ * (150 us by default) stops it at 28. `want`: blocks the first step moves. */
+static void time_budget(uint64_t step_ns, double bandwidth, size_t max_bytes, unsigned want)
+{
+    gm_backend *be = sim_new(1ull << 30);
+    gm_config cfg = {0};
+    cfg.cache_disable = 1;
+    cfg.defrag_step_ns = step_ns;
+    cfg.defrag_copy_bandwidth = bandwidth;
+    gm_pool *p = pool_new(be, &cfg);
+    enum { N = 128 };
+    gm_handle *h[N];
+    for (unsigned i = 0; i < N; i++) {
+        void *a = NULL;
+        REQUIRE_OK(gm_alloc_movable(p, 1 * MiB, NULL, &h[i]));
+        REQUIRE_OK(gm_handle_ptr(p, h[i], &a));
+        fill(be, a, 1 * MiB, i + 1);
+    }
+    for (unsigned i = 0; i < N; i += 2) {
+        CHECK_OK(gm_free_handle(p, h[i], NULL));
+        h[i] = NULL;
+    }
+    gm_device_counters c0, c1;
+    CHECK_OK(gm_backend_counters(be, &c0));
+    gm_defrag_result r;
+    CHECK_OK(gm_defrag_step(p, NULL, max_bytes, &r));
+    CHECK_OK(gm_backend_counters(be, &c1));
+    CHECK_EQ_U(r.blocks_moved, want);
+    CHECK_EQ_U(c1.calls[GM_CALL_COPY] - c0.calls[GM_CALL_COPY], want);
+    uint64_t limit = step_ns ? step_ns : GM_DEFRAG_DEFAULT_STEP_NS;
+    CHECK_LE_U(r.estimated_ns, limit);
+    if (bandwidth == 0.0) { /* the estimate is the sim's cost model: exact there */
+        CHECK_EQ_U(r.estimated_ns, c1.time_ns[GM_CALL_COPY] - c0.time_ns[GM_CALL_COPY]);
+        CHECK_EQ_U(r.copy_time_ns, r.estimated_ns);
+    }
+    unsigned moved_total = (unsigned)r.blocks_moved;
+    for (int step = 0; step < 64 && r.blocks_moved; step++) { /* the rest, step by step */
+        CHECK_OK(gm_defrag_step(p, NULL, max_bytes, &r));
+        CHECK_LE_U(r.estimated_ns, limit);
+        moved_total += (unsigned)r.blocks_moved;
+    }
+    CHECK_EQ_U(moved_total, N / 4);
+    for (unsigned i = 1; i < N; i += 2) {
+        void *a = NULL;
+        REQUIRE_OK(gm_handle_ptr(p, h[i], &a));
+        CHECK(holds(be, a, 1 * MiB, i + 1));
+        CHECK_OK(gm_free_handle(p, h[i], NULL));
+    }
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
+/* ---------------------------------------------------------------- other streams */
+
+static void progress(gm_backend *be, gm_stream s, uint64_t *queued, uint64_t *done)
+{
+    REQUIRE_OK(gm_sim_stream_progress(be, s, queued, done));
+}
+
+/* A block allocated on S that stream E also used (gm_record_stream) moves in a step on S, and
+ * the copy is ordered after E's work: with E's kernel K still pending, S gets a wait before the
+ * copy (so completing S completes K first), and E gets a wait after K for the copy (so E's
+ * later work sees the block at its new address). A block whose E work is done moves with no
+ * wait at all. */
+static void other_stream_moves(bool e_busy)
+{
+    gm_sim_config sc = {0};
+    sc.capacity = 1ull << 30;
+    sc.host_backed = 1;
+    sc.manual_streams = 1;
+    gm_backend *be = NULL;
+    REQUIRE_OK(gm_sim_backend_create(&sc, &be));
+    gm_stream S = NULL, E = NULL;
+    REQUIRE_OK(gm_sim_stream_create(be, &S));
+    REQUIRE_OK(gm_sim_stream_create(be, &E));
+    gm_config cfg = {0};
+    cfg.cache_disable = 1;
+    gm_pool *p = pool_new(be, &cfg);
+    gm_handle *hole = NULL, *h = NULL;
+    void *old = NULL, *now = NULL;
+    REQUIRE_OK(gm_alloc_movable(p, 256 * KiB, S, &hole));
+    REQUIRE_OK(gm_alloc_movable(p, 256 * KiB, S, &h));
+    REQUIRE_OK(gm_handle_ptr(p, h, &old));
+    fill(be, old, 256 * KiB, 7);
+    CHECK_OK(gm_record_stream(p, old, E));
+    CHECK_OK(gm_free_handle(p, hole, S));
+    CHECK_OK(gm_sim_stream_complete(be, S));
+    if (e_busy)
+        CHECK_OK(gm_sim_launch(be, E)); /* K: E's work on the block, still running */
+    uint64_t sq0, sd0, eq0, ed0, sq, sd, eq, ed;
+    progress(be, S, &sq0, &sd0);
+    progress(be, E, &eq0, &ed0);
+    gm_defrag_result r;
+    CHECK_OK(gm_defrag_step(p, S, 0, &r));
+    CHECK_EQ_U(r.blocks_moved, 1);
+    CHECK_EQ_U(r.streams_ordered, 1);
+    REQUIRE_OK(gm_handle_ptr(p, h, &now));
+    CHECK_LT_U((uintptr_t)now, (uintptr_t)old);
+    CHECK(holds(be, now, 256 * KiB, 7));
+    progress(be, S, &sq, &sd);
+    progress(be, E, &eq, &ed);
+    if (e_busy) {
+        CHECK_EQ_U(sq - sq0, 2);   /* a wait for K, then the copy */
+        CHECK_EQ_U(eq - eq0, 1);   /* E: a wait for the copy, after K */
+        CHECK_LT_U(ed, eq0);       /* K has not run ... */
+        CHECK_LT_U(sd, sq);        /* ... so the copy has not either */
+        CHECK_OK(gm_sim_stream_complete(be, S));
+        progress(be, E, &eq, &ed);
+        CHECK_GE_U(ed, eq0);       /* completing the copy completed K first */
+        CHECK_EQ_U(ed, eq);        /* and E's wait for the copy is done with it */
+    } else {
+        CHECK_EQ_U(sq - sq0, 1);   /* E's work is done: no wait, just the copy */
+        CHECK_EQ_U(eq - eq0, 1);   /* E still waits for the copy before its next work */
+        CHECK_LT_U(ed, eq);
+        CHECK_OK(gm_sim_stream_complete(be, S));
+        progress(be, E, &eq, &ed);
+        CHECK_EQ_U(ed, eq);
+    }
+    /* The block keeps its other stream: freed on S, it waits for E before reuse. */
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free_handle(p, h, S));
+    gm_stats st = stats_of(p);
+    CHECK_EQ_U(st.live_blocks, 0);
+    CHECK_OK(gm_sim_stream_complete(be, E));
+    CHECK_OK(gm_pool_destroy(p));
+    CHECK_OK(gm_sim_stream_destroy(be, S));
+    CHECK_OK(gm_sim_stream_destroy(be, E));
+    gm_backend_destroy(be);
+}
+
 int main(void)
 {
+    time_budget(0, 0.0, 0, 28);            /* default: 150 us / 5.3 us per copy */
+    time_budget(20000, 0.0, 0, 3);         /* 20 us */
+    time_budget(0, 0.0, 5 * MiB, 5);       /* the byte budget binds first */
+    time_budget(UINT64_MAX, 0.0, 0, 32);   /* no time budget: the byte budget only */
+    time_budget(0, 10e9, 0, 1);            /* 10 GB/s: 105 us per 1 MiB copy */
+    other_stream_moves(true);
+    other_stream_moves(false);
     vmm_moves_use_mapped_bytes(false);
     vmm_moves_use_mapped_bytes(true);
     integrity(GM_SEGMENTS_PLAIN, GM_STRATEGY_TLSF, 1);
