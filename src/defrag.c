@@ -199,18 +199,23 @@ static bool range_mapped(const gm_arena *a, uintptr_t addr, size_t size)
     return true;
 }
 
-/* The lowest free block below address `below` with at least `size` bytes, or NULL. In a VMM
- * arena the bytes a move would use must already be mapped: a move that mapped new pages would
- * hold both copies at once and raise the peak (measured: gpt2_generate, VMM, reserved/live
- * 1.0360 with such moves against 1.0199 without compaction); idle pages are recycled anyway. */
-static gm_block *lowest_fit(const gm_arena *a, gm_span *const *spans, size_t n, uintptr_t below,
-                            size_t size)
+/* Take the lowest place below live block c that its strategy can give it (take_at on the free
+ * blocks below c, in address order), or NULL. In a VMM arena the bytes a move would use must
+ * already be mapped: a move that mapped new pages would hold both copies at once and raise the
+ * peak (measured: gpt2_generate, VMM, reserved/live 1.0360 with such moves against 1.0199
+ * without compaction); idle pages are recycled anyway. */
+static gm_block *take_lowest(gm_pool *pool, gm_arena *a, gm_span *const *spans, size_t n,
+                             const gm_block *c)
 {
-    for (size_t i = 0; i < n && spans[i]->base < below; i++)
-        for (gm_block *b = spans[i]->first; b && b->addr < below; b = b->phys_next)
-            if (block_is_free(b) && b->size >= size &&
-                (!spans[i]->vmm || range_mapped(a, b->addr, size)))
-                return b;
+    for (size_t i = 0; i < n && spans[i]->base < c->addr; i++)
+        for (gm_block *b = spans[i]->first; b && b->addr < c->addr; b = b->phys_next) {
+            if (!block_is_free(b) || b->size < c->size ||
+                (spans[i]->vmm && !range_mapped(a, b->addr, c->size)))
+                continue;
+            gm_block *nb = a->ops->take_at(pool, a, b, c->size);
+            if (nb)
+                return nb;
+        }
     return NULL;
 }
 
@@ -223,14 +228,12 @@ static bool arena_has_free(const gm_arena *a, size_t size)
     return false;
 }
 
-/* Move live block c into free block fb (below it). False if it did not move. */
-static bool move_block_locked(gm_pool *pool, gm_arena *a, gm_block *c, gm_block *fb,
+/* Move live block c into nb, just taken from its strategy below it. False if it did not move
+ * (nb went back). */
+static bool move_block_locked(gm_pool *pool, gm_arena *a, gm_block *c, gm_block *nb,
                               defrag_run *r)
 {
     gm_backend *be = pool->backend;
-    gm_block *nb = a->ops->take_at(pool, a, fb, c->size);
-    if (!nb)
-        return false; /* host memory for the split record: leave c where it is */
     nb->flags = 0;
     nb->span->live_blocks++;
     if (nb->span->vmm && pages_acquire_locked(pool, a, nb->addr, nb->size) != GM_OK) {
@@ -334,8 +337,8 @@ static void compact_arena_locked(gm_pool *pool, gm_arena *a, defrag_run *r)
         uint64_t est = move_estimate_ns(pool, c);
         if (c->requested > r->budget || est > r->time_left)
             continue;
-        gm_block *fb = lowest_fit(a, spans, ns, c->addr, c->size);
-        if (!fb || !move_block_locked(pool, a, c, fb, r))
+        gm_block *nb = take_lowest(pool, a, spans, ns, c);
+        if (!nb || !move_block_locked(pool, a, c, nb, r))
             continue;
         r->time_left -= est;
         r->res.estimated_ns += est;
