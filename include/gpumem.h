@@ -508,6 +508,9 @@ typedef struct gm_stats {
                                     ran, and out-of-memory ladder step 3 */
     uint64_t defrag_blocks_moved;
     uint64_t defrag_bytes_moved; /* bytes copied by compaction */
+    uint64_t vmm_stitches;       /* VMM: requests that found no free run of virtual addresses
+                                    and were served from a new range by mapping free physical
+                                    pages there (stitching, no copy; docs/defrag.md) */
 } gm_stats;
 
 /* Fill *out. Fragmentation fields walk every free block: O(blocks). Thread-safe. */

@@ -555,7 +555,13 @@ static gm_status arena_alloc_locked(gm_pool *pool, gm_arena *a, size_t granted, 
             return st;
         b = a->ops->take(pool, a, granted);
     }
-    if (!b) /* VMM: the virtual range is exhausted */
+    if (!b && vmm) { /* no free run of addresses: stitch free pages into a new range */
+        gm_status st = vmm_stitch_locked(pool, a, granted);
+        if (st != GM_OK)
+            return st;
+        b = a->ops->take(pool, a, granted);
+    }
+    if (!b) /* VMM: the virtual ranges are exhausted */
         return GM_ERR_OUT_OF_MEMORY;
     b->flags = 0;
     b->span->live_blocks++;
@@ -1224,11 +1230,8 @@ gm_status gm_trim(gm_pool *pool, size_t keep_bytes)
     release_free_memory_locked(pool, keep_bytes);
     if (keep_bytes == 0) /* also give back virtual ranges that hold nothing */
         for (size_t h = 0; h < pool->heap_count; h++)
-            for (int k = 0; k < ARENA_COUNT; k++) {
-                gm_arena *a = &pool->heaps[h].arenas[k];
-                if (a->pages && a->mapped_pages == 0 && a->spans->live_blocks == 0)
-                    span_release_locked(pool, a->spans);
-            }
+            for (int k = 0; k < ARENA_COUNT; k++)
+                vmm_release_ranges_locked(pool, &pool->heaps[h].arenas[k]);
     return pool_unlock(pool, GM_OK);
 }
 

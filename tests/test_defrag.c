@@ -684,8 +684,91 @@ static void other_stream_moves(bool e_busy)
     gm_backend_destroy(be);
 }
 
+/* ---------------------------------------------------------------- stitching (VMM, no copy) */
+
+/* 32 plain 2 MiB blocks fill a VMM arena whose virtual range and reserve limit are both 64 MiB.
+ * A 16 MiB request fails: no idle page, no room under the limit. Every other block freed leaves
+ * 16 idle pages but no two adjacent, so no free run of addresses fits 16 MiB: the request is
+ * served by stitching, a new 16 MiB range mapped with 8 of those pages (unmapped from their old
+ * places): reserved bytes do not grow, nothing is copied, the live blocks keep their bytes, and
+ * each page of the new block holds what its physical page held before (the sim keeps bytes
+ * with the physical page). Freed, trimmed: every range goes back. */
+static void stitching(gm_release release)
+{
+    gm_backend *be = sim_new(256 * MiB);
+    gm_config cfg = {0};
+    cfg.segments = GM_SEGMENTS_VMM;
+    cfg.release = release;
+    cfg.reserve_limit_bytes = 64 * MiB;
+    cfg.vmm_reserve_bytes = 64 * MiB;
+    cfg.cache_disable = 1;
+    gm_pool *p = pool_new(be, &cfg);
+    enum { N = 32, PAGE = 2 << 20 };
+    void *blk[N], *big = NULL;
+    for (unsigned i = 0; i < N; i++) {
+        REQUIRE_OK(gm_alloc(p, PAGE, NULL, &blk[i]));
+        fill(be, blk[i], PAGE, i + 1);
+    }
+    CHECK_STATUS(gm_alloc(p, 16 * MiB, NULL, &big), GM_ERR_OUT_OF_MEMORY);
+    for (unsigned i = 0; i < N; i += 2) /* freed, its page idle: the bytes stay with the page */
+        CHECK_OK(gm_free(p, blk[i], NULL));
+    gm_stats before = stats_of(p);
+    CHECK_EQ_U(before.reserved_bytes, 64 * MiB);
+    CHECK_EQ_U(before.largest_free_bytes, PAGE);
+    CHECK_EQ_U(before.vmm_stitches, 0);
+    CHECK_OK(gm_alloc(p, 16 * MiB, NULL, &big));
+    gm_stats after = stats_of(p);
+    CHECK_EQ_U(after.vmm_stitches, 1);
+    CHECK_EQ_U(after.reserved_bytes, 64 * MiB);     /* no growth */
+    CHECK_EQ_U(after.peak_reserved_bytes, 64 * MiB);
+    CHECK_EQ_U(after.defrag_bytes_moved, 0);        /* no copy */
+    CHECK_EQ_U(after.device_calls[GM_CALL_COPY], 0);
+    CHECK_EQ_U(after.device_calls[GM_CALL_PHYS_CREATE], before.device_calls[GM_CALL_PHYS_CREATE]);
+    CHECK_EQ_U(after.device_calls[GM_CALL_UNMAP] - before.device_calls[GM_CALL_UNMAP], 8);
+    CHECK_EQ_U(after.device_calls[GM_CALL_VA_RESERVE] - before.device_calls[GM_CALL_VA_RESERVE],
+               1);
+    CHECK_OK(gm_pool_check(p));
+    bool used[N] = {false};
+    for (unsigned pg = 0; pg < 8; pg++) { /* each page came with its bytes, from a freed block */
+        unsigned from = N;
+        for (unsigned i = 0; i < N; i += 2)
+            if (!used[i] && holds(be, (char *)big + (size_t)pg * PAGE, PAGE, i + 1))
+                from = i;
+        CHECK(from < N);
+        if (from < N)
+            used[from] = true;
+    }
+    for (unsigned i = 1; i < N; i += 2)
+        CHECK(holds(be, blk[i], PAGE, i + 1));
+    fill(be, big, 16 * MiB, 99);
+    CHECK(holds(be, big, 16 * MiB, 99));
+    for (unsigned i = 1; i < N; i += 2)
+        CHECK(holds(be, blk[i], PAGE, i + 1));
+    /* Another 16 MiB: the 8 idle pages left are stitched into a second new range. */
+    void *big2 = NULL;
+    CHECK_OK(gm_alloc(p, 16 * MiB, NULL, &big2));
+    CHECK_EQ_U(stats_of(p).vmm_stitches, 2);
+    CHECK_EQ_U(stats_of(p).reserved_bytes, 64 * MiB);
+    void *none = NULL;
+    CHECK_STATUS(gm_alloc(p, 4 * MiB, NULL, &none), GM_ERR_OUT_OF_MEMORY); /* truly full now */
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free(p, big2, NULL));
+    CHECK_OK(gm_free(p, big, NULL));
+    for (unsigned i = 1; i < N; i += 2)
+        CHECK_OK(gm_free(p, blk[i], NULL));
+    CHECK_OK(gm_trim(p, 0));
+    gm_stats end = stats_of(p);
+    CHECK_EQ_U(end.reserved_bytes, 0);
+    CHECK_EQ_U(end.segments, 0); /* every range released */
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
 int main(void)
 {
+    stitching(GM_RELEASE_BEFORE_GROW);
+    stitching(GM_RELEASE_ON_OOM);
     time_budget(0, 0.0, 0, 28);            /* default: 150 us / 5.3 us per copy */
     time_budget(20000, 0.0, 0, 3);         /* 20 us */
     time_budget(0, 0.0, 5 * MiB, 5);       /* the byte budget binds first */
