@@ -1,5 +1,6 @@
 /*
- * Defragmentation, part 1: movable blocks and their compaction (docs/defrag.md, DESIGN.md §3).
+ * Defragmentation: movable blocks and their compaction (docs/defrag.md, DESIGN.md §3); VMM
+ * stitching, the copy-free way, is in segment.c (vmm_stitch_locked).
  *
  * Handles. gm_alloc_movable files a live block like gm_alloc and gives it a slot in the pool's
  * handle table; the block records the slot (gm_block.handle = index + 1) and the slot the block.

@@ -1,9 +1,13 @@
 /*
  * Segments: the device memory a pool holds, and every device call the pool makes.
  *
- * Plain spans are one mem_alloc each, tiled by blocks. A VMM span is one reserved virtual range
- * per arena whose pages (the backend's granularity, 2 MiB on an H200) are mapped when a block
- * first covers them. Page bookkeeping:
+ * Plain spans are one mem_alloc each, tiled by blocks. A VMM span is a reserved virtual range
+ * whose pages (the backend's granularity, 2 MiB on an H200) are mapped when a block first covers
+ * them: an arena's main range (vmm_reserve_bytes), plus one per request that found no free run
+ * of addresses in the ranges it has ("stitching": the new range's pages are mapped from idle
+ * pages of the pool first, so bytes that were free but scattered serve one contiguous block
+ * without a copy or growth; stitch_pays says when). One page table serves all of an arena's
+ * ranges (arena.ranges maps addresses to table entries). Page bookkeeping:
  *
  *     page.users  = live blocks overlapping the page
  *     mapped page with users == 0  <=>  the page is on its arena's idle list
@@ -16,7 +20,8 @@
  * Before anything is unmapped or freed, the streams that freed memory are synchronized, so no
  * queued kernel can touch memory that has gone (what cuMemUnmap requires).
  *
- * Bounds: page acquire/drop O(pages covered); release of free memory O(spans + idle pages).
+ * Bounds: page acquire/drop O(pages covered x ranges); release of free memory O(spans + idle
+ * pages); a stitch O(heaps) to decide, plus the page table's growth.
  */
 #include "internal.h"
 #include "strategy.h"
