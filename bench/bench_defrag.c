@@ -26,7 +26,6 @@
 #include <pthread.h>
 #include <unistd.h>
 
-enum { EXIT_SKIP = 77 };
 static const size_t MiB = (size_t)1 << 20;
 
 static atomic_int forced;
@@ -270,15 +269,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    oracle_open();
-    gm_backend *be = NULL;
-    if (cu.count < 1 || gm_cuda_backend_create(0, &be) != GM_OK) {
-        printf("skipped: %s\n", !cu.driver ? "no CUDA driver (libcuda.so.1)"
-                                 : cu.count < 1 ? "the driver sees no device"
-                                                : gm_backend_last_error());
-        oracle_close();
-        return EXIT_SKIP;
-    }
+    gm_backend *be = oracle_backend_or_skip();
     gm_device_info info;
     REQUIRE_OK(gm_backend_info(be, &info));
     printf("device: %s, driver %d\n", info.name, info.driver_version);

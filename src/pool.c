@@ -674,6 +674,10 @@ static void process_pending_locked(gm_pool *pool)
 
 void pool_evict_caches_locked(gm_pool *pool)
 {
+    /* Pending frees first: those whose events completed retire into the cache, which is evicted
+     * next (evicting a block another stream used parks it behind an event: once more). */
+    if (pool->pending)
+        process_pending_locked(pool);
     (void)tcache_reclaim_locked(pool);
     cache_evict_all_locked(pool);
     if (pool->pending)

@@ -106,6 +106,23 @@ static inline void oracle_open(void)
     }
 }
 
+/* The GPU programs' start: open the oracle and a cuda backend on device 0, or say why not and
+ * exit 77 (ctest's "skipped" for the gpu label). */
+static inline gm_backend *oracle_backend_or_skip(void)
+{
+    oracle_open();
+    gm_backend *be = NULL;
+    if (cu.count < 1 || gm_cuda_backend_create(0, &be) != GM_OK) {
+        printf("skipped: %s\n", !cu.driver ? "no CUDA driver (libcuda.so.1)"
+                                 : cu.count < 1 ? "the driver sees no device"
+                                                : gm_backend_last_error());
+        if (cu.ctx)
+            cu.cuDevicePrimaryCtxRelease(0);
+        exit(77);
+    }
+    return be;
+}
+
 static inline void oracle_close(void)
 {
     if (cu.ctx)

@@ -7,6 +7,7 @@
  */
 #include "check.h"
 #include "conformance.h"
+#include "defrag_mix.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -103,15 +104,6 @@ static void log_move(void *user, void *from, void *to, size_t size)
 
 enum { NBLK = 240 };
 
-typedef struct tblock {
-    gm_handle *h; /* movable, or NULL */
-    void *plain;  /* plain block, or NULL */
-    void *addr;   /* address as last seen */
-    size_t size;
-    unsigned id;
-    bool pinned, recorded;
-} tblock;
-
 /* One row of the conformance table: blocks must move in every strategy (each has take_at),
  * blocks other streams used among them; tlsf rows must also give memory back. */
 static void integrity(const conf_case *cc)
@@ -125,41 +117,19 @@ static void integrity(const conf_case *cc)
     move_log *log = calloc(1, sizeof *log);
     REQUIRE(log);
     CHECK_OK(gm_pool_set_relocate_callback(p, log_move, log));
-    static tblock b[NBLK];
+    static mix_block b[NBLK];
     uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)segments ^ ((uint64_t)strategy << 8);
     for (unsigned i = 0; i < NBLK; i++) {
         size_t size = 512 + (size_t)(rng_next(&rng) % (192 * KiB));
         if (i % 17 == 5)
             size = 1 * MiB + (size_t)(rng_next(&rng) % (3 * MiB)); /* some in the large arena */
-        b[i] = (tblock){.size = size, .id = i + 1};
-        if (i % 7 == 3) {
-            REQUIRE_OK(gm_alloc(p, size, NULL, &b[i].plain));
-            b[i].addr = b[i].plain;
-        } else {
-            REQUIRE_OK(gm_alloc_movable(p, size, NULL, &b[i].h));
-            REQUIRE_OK(gm_handle_ptr(p, b[i].h, &b[i].addr));
-            if (i % 11 == 2) {
-                CHECK_OK(gm_pin(p, b[i].h));
-                CHECK_OK(gm_pin(p, b[i].h)); /* counted: two pins, one unpin stays pinned */
-                CHECK_OK(gm_unpin(p, b[i].h));
-                b[i].pinned = true;
-            } else if (i % 13 == 4) {
-                CHECK_OK(gm_record_stream(p, b[i].addr, other));
-                b[i].recorded = true;
-            }
-        }
+        mix_alloc(p, &b[i], i, size, NULL, other, 13);
         fill(be, b[i].addr, size, b[i].id);
     }
     /* Free two thirds of the blocks that are neither pinned nor recorded, scattered. */
-    for (unsigned i = 0; i < NBLK; i++) {
-        if (b[i].pinned || b[i].recorded || rng_next(&rng) % 3 == 0)
-            continue;
-        if (b[i].h)
-            CHECK_OK(gm_free_handle(p, b[i].h, NULL));
-        else
-            CHECK_OK(gm_free(p, b[i].plain, NULL));
-        b[i] = (tblock){0};
-    }
+    for (unsigned i = 0; i < NBLK; i++)
+        if (!b[i].pinned && !b[i].recorded && rng_next(&rng) % 3 != 0)
+            mix_free(p, &b[i], NULL);
     gm_stats before = stats_of(p);
     CHECK_GT_U(before.movable_live_blocks, 0);
     CHECK_GT_U(before.pinned_live_blocks, 0);
@@ -179,18 +149,14 @@ static void integrity(const conf_case *cc)
         for (unsigned i = 0; i < NBLK; i++) {
             if (!b[i].size)
                 continue;
-            void *now = b[i].plain;
-            if (b[i].h)
-                REQUIRE_OK(gm_handle_ptr(p, b[i].h, &now));
-            if (now != b[i].addr) {
-                CHECK(b[i].h && !b[i].pinned); /* only these ever move */
+            void *now = b[i].addr;
+            if (mix_moved(p, &b[i])) {
+                now = b[i].addr;
                 recorded_moved += b[i].recorded;
                 bool seen = false; /* the callback saw (old, new, size) */
                 for (size_t k = logged; k < log->n; k++)
                     seen |= log->v[k].to == now && log->v[k].size == b[i].size;
                 CHECK(seen);
-                CHECK_LT_U((uintptr_t)now, (uintptr_t)b[i].addr); /* always downwards */
-                b[i].addr = now;
             }
             bool intact = holds(be, now, b[i].size, b[i].id);
             CHECK(intact);
@@ -221,12 +187,8 @@ static void integrity(const conf_case *cc)
         CHECK_LT_U(after.reserved_bytes, before.reserved_bytes);
     }
     (void)segments;
-    for (unsigned i = 0; i < NBLK; i++) {
-        if (b[i].h)
-            CHECK_OK(gm_free_handle(p, b[i].h, NULL));
-        else if (b[i].plain)
-            CHECK_OK(gm_free(p, b[i].plain, NULL));
-    }
+    for (unsigned i = 0; i < NBLK; i++)
+        mix_free(p, &b[i], NULL);
     CHECK_OK(gm_pool_check(p));
     CHECK_EQ_U(stats_of(p).movable_live_blocks, 0);
     CHECK_EQ_U(stats_of(p).pinned_live_blocks, 0);

@@ -19,8 +19,8 @@
  */
 #include "check.h"
 #include "cuda_oracle.h"
+#include "defrag_mix.h"
 
-enum { EXIT_SKIP = 77 };
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
 
 static unsigned char pattern(unsigned id, size_t i)
@@ -59,14 +59,6 @@ static gm_stats stats_of(gm_pool *p)
 
 enum { NBLK = 120 };
 
-typedef struct gblock {
-    gm_handle *h;
-    void *plain, *addr;
-    size_t size;
-    uint64_t sum;
-    bool pinned, recorded;
-} gblock;
-
 static void integrity(gm_backend *be, gm_segments seg, gm_strategy strategy)
 {
     gm_stream s = oracle_stream_create(), e = oracle_stream_create();
@@ -75,39 +67,19 @@ static void integrity(gm_backend *be, gm_segments seg, gm_strategy strategy)
     cfg.strategy = strategy;
     gm_pool *p = NULL;
     REQUIRE_OK(gm_pool_create(be, &cfg, &p));
-    static gblock b[NBLK];
+    static mix_block b[NBLK];
     uint64_t rng = check_seed(0x5eed) ^ (uint64_t)seg ^ ((uint64_t)strategy << 8);
     unsigned long before = check_failed_;
     for (unsigned i = 0; i < NBLK; i++) {
         size_t size = 512 + (size_t)(check_rand(&rng) % (768 * KiB));
         if (i % 13 == 5)
             size = 4 * MiB + (size_t)(check_rand(&rng) % (28 * MiB));
-        b[i] = (gblock){.size = size};
-        if (i % 7 == 3) {
-            REQUIRE_OK(gm_alloc(p, size, s, &b[i].plain));
-            b[i].addr = b[i].plain;
-        } else {
-            REQUIRE_OK(gm_alloc_movable(p, size, s, &b[i].h));
-            REQUIRE_OK(gm_handle_ptr(p, b[i].h, &b[i].addr));
-            if (i % 11 == 2) {
-                CHECK_OK(gm_pin(p, b[i].h));
-                b[i].pinned = true;
-            } else if (i % 5 == 4) {
-                CHECK_OK(gm_record_stream(p, b[i].addr, e));
-                b[i].recorded = true;
-            }
-        }
-        b[i].sum = write_pattern(b[i].addr, size, i + 1);
+        mix_alloc(p, &b[i], i, size, s, e, 5);
+        b[i].sum = write_pattern(b[i].addr, size, b[i].id);
     }
-    for (unsigned i = 0; i < NBLK; i++) {
-        if (b[i].pinned || check_rand(&rng) % 3 == 0)
-            continue;
-        if (b[i].h)
-            CHECK_OK(gm_free_handle(p, b[i].h, s));
-        else
-            CHECK_OK(gm_free(p, b[i].plain, s));
-        b[i] = (gblock){0};
-    }
+    for (unsigned i = 0; i < NBLK; i++)
+        if (!b[i].pinned && check_rand(&rng) % 3 != 0)
+            mix_free(p, &b[i], s);
     uint64_t moved = 0, bytes = 0, recorded_moved = 0;
     int steps = 0;
     for (; steps < 200; steps++) {
@@ -121,14 +93,9 @@ static void integrity(gm_backend *be, gm_segments seg, gm_strategy strategy)
         for (unsigned i = 0; i < NBLK; i++) {
             if (!b[i].size)
                 continue;
-            void *now = b[i].plain;
-            if (b[i].h)
-                REQUIRE_OK(gm_handle_ptr(p, b[i].h, &now));
-            if (now != b[i].addr) {
-                CHECK(b[i].h && !b[i].pinned);
+            if (mix_moved(p, &b[i]))
                 recorded_moved += b[i].recorded;
-                b[i].addr = now;
-            }
+            void *now = b[i].addr;
             uint64_t sum = device_checksum((uintptr_t)now, b[i].size);
             CHECK_EQ_U(sum, b[i].sum);
             if (sum != b[i].sum) {
@@ -141,12 +108,8 @@ static void integrity(gm_backend *be, gm_segments seg, gm_strategy strategy)
             break;
     }
     CHECK_GT_U(moved, 0);
-    for (unsigned i = 0; i < NBLK; i++) {
-        if (b[i].h)
-            CHECK_OK(gm_free_handle(p, b[i].h, s));
-        else if (b[i].plain)
-            CHECK_OK(gm_free(p, b[i].plain, s));
-    }
+    for (unsigned i = 0; i < NBLK; i++)
+        mix_free(p, &b[i], s);
     sync_stream(s);
     CHECK_OK(gm_pool_check(p));
     CHECK_OK(gm_pool_destroy(p));
@@ -287,15 +250,7 @@ static void abc(gm_backend *be)
 
 int main(void)
 {
-    oracle_open();
-    gm_backend *be = NULL;
-    if (cu.count < 1 || gm_cuda_backend_create(0, &be) != GM_OK) {
-        printf("skipped: %s\n", !cu.driver ? "no CUDA driver (libcuda.so.1)"
-                                 : cu.count < 1 ? "the driver sees no device"
-                                                : gm_backend_last_error());
-        oracle_close();
-        return EXIT_SKIP;
-    }
+    gm_backend *be = oracle_backend_or_skip();
     static const gm_strategy strategies[] = {GM_STRATEGY_TLSF, GM_STRATEGY_BUDDY,
                                              GM_STRATEGY_SLAB, GM_STRATEGY_FIXED,
                                              GM_STRATEGY_AUTO};
