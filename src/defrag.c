@@ -11,15 +11,17 @@
  * Compaction step (gm_defrag_step), under the pool lock:
  *   1. every cached block goes back to its strategy (the threads' caches with the world
  *      stopped, the pool's cache, completed pending frees), so free neighbours coalesce;
- *   2. in each arena of the stream's heap whose strategy can place at a chosen address
- *      (strategy_ops.take_at: tlsf), the candidates (live movable blocks, unpinned, used by no
- *      other stream) are taken highest address first; each moves into the lowest free block
- *      below it that fits (spans in address order), if its requested bytes fit in what is left
- *      of the budget: take_at carves the target, VMM pages are acquired, the device copy is
- *      queued on the stream, each of those other streams waits for an event after the copy, the
- *      live map is updated under the two shards' locks (in shard order) and the block's other
- *      streams go with it, the handle points at the new record, the old range goes back to the strategy
- *      (coalescing), and the relocation callback runs;
+ *   2. in each arena of the stream's heap, the candidates (live movable blocks, unpinned,
+ *      allocated on the stream) are taken highest address first; each moves to the lowest place
+ *      below it that its strategy can give it (strategy_ops.take_at tried on the free blocks
+ *      below it, spans in address order), if its requested bytes fit in what is left of the
+ *      byte budget and its estimated stream time (move_estimate_ns) in what is left of the time
+ *      budget: take_at carves the target, VMM pages are acquired, the stream waits for an event
+ *      on every other stream that used the block (gm_record_stream), the device copy is queued
+ *      on the stream, each of those other streams waits for an event after the copy, the live
+ *      map is updated under the two shards' locks (in shard order) and the block's other
+ *      streams go with it, the handle points at the new record, the old range goes back to the
+ *      strategy (coalescing), and the relocation callback runs;
  *   3. wholly free plain segments of those arenas are released, idle VMM pages unmapped.
  * Out-of-memory ladder step 3 runs 2 on the allocating arena without a budget and stops as
  * soon as the arena has a free block of the requested size; only if it has none are wholly free

@@ -374,9 +374,15 @@ static void bad_input(void)
     gm_pool *r = NULL;
     CHECK_STATUS(gm_pool_create(be, &bad, &r), GM_ERR_INVALID_ARGUMENT);
     CHECK_STR_CONTAINS(gm_last_error(NULL), "defrag_threshold");
+    bad = (gm_config){0};
+    bad.defrag_copy_bandwidth = -1.0;
+    CHECK_STATUS(gm_pool_create(be, &bad, &r), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "defrag_copy_bandwidth");
     gm_config got;
     CHECK_OK(gm_pool_config(p, &got));
     CHECK_EQ_D(got.defrag_threshold, 0.30, 1e-12);
+    CHECK_EQ_U(got.defrag_step_ns, GM_DEFRAG_DEFAULT_STEP_NS);
+    CHECK_EQ_D(got.defrag_copy_bandwidth, 0.0, 0.0);
     CHECK_OK(gm_pool_check(p));
     CHECK_OK(gm_free_handle(q, foreign, NULL));
     CHECK_OK(gm_pool_destroy(q));
