@@ -338,6 +338,12 @@ typedef struct gm_config {
     double defrag_threshold; /* gm_defrag_maybe works only when the fragmentation rate
                                 (1 - largest_free / total_free) exceeds this; in (0, 1];
                                 0 = 0.30, the design document's trigger */
+    uint64_t defrag_step_ns;  /* time budget of one gm_defrag_step / gm_defrag_maybe: the
+                                 estimated device time of its copies and stream waits;
+                                 0 = GM_DEFRAG_DEFAULT_STEP_NS; UINT64_MAX = no time budget */
+    double defrag_copy_bandwidth; /* bytes per second that estimate assumes; 0 = the H200 cost
+                                     model of ../shared/ANCHORS.md (5.3 us launch, 0.2-2.5 TB/s
+                                     by size); set it to the bandwidth measured on your device */
 } gm_config;
 
 /* ---------------------------------------------------------------------------------------------
@@ -441,20 +447,30 @@ typedef struct gm_defrag_result {
     uint64_t segments_released; /* plain segments given back to the device afterwards */
     uint64_t bytes_released;    /* reserved bytes given back (segments and VMM pages) */
     uint64_t copy_time_ns;      /* device time charged to the copies (simulated on sim) */
+    uint64_t estimated_ns;      /* the step's stream time by the estimate its time budget uses */
+    uint64_t streams_ordered;   /* other streams the copies were ordered with by events */
 } gm_defrag_result;
 
-/* Default byte budget of one step (max_bytes 0): about 150 us of copying on an H200. */
+/* Default byte budget of one step (max_bytes 0): about 141 us of copying on an H200. */
 #define GM_DEFRAG_DEFAULT_BUDGET ((size_t)256 << 20)
+/* Default time budget of one step (gm_config.defrag_step_ns 0): 150 us of estimated copying,
+ * so that a step adds at most 200 us to its stream on an H200 (the issue's target) with room
+ * for the estimate's error. */
+#define GM_DEFRAG_DEFAULT_STEP_NS ((uint64_t)150000)
 
 /* One incremental compaction step, for a gap between kernel launches. It first hands every
  * cached block (the pool's cache and every thread's) back to its strategy so that free
- * neighbours coalesce; then it moves unpinned movable blocks that were allocated on `stream`
- * and used by no other stream (gm_record_stream), highest address first, each into the lowest
- * free block below it that fits, copying at most `max_bytes` (0 = GM_DEFRAG_DEFAULT_BUDGET;
- * a block larger than the budget is not moved). Copies are queued in order on `stream`: work
- * queued later on `stream` sees each block at its new address. Then wholly free segments are
- * released and idle VMM pages unmapped. Moves happen only in arenas of the tlsf strategy (the
- * default, and the large arena of fixed and auto). `out` may be NULL.
+ * neighbours coalesce; then it moves unpinned movable blocks that were allocated on `stream`,
+ * highest address first, each into the lowest free block below it that fits (in every
+ * strategy), within two budgets: at most `max_bytes` copied (0 = GM_DEFRAG_DEFAULT_BUDGET),
+ * and at most gm_config.defrag_step_ns of estimated stream time (copies plus the stream
+ * waits below); a block that does not fit what is left of either budget is not moved.
+ * Copies are queued in order on `stream`: work queued later on `stream` sees each block at its
+ * new address. A block that other streams used (gm_record_stream) moves too: `stream` first
+ * waits (on the device) for an event recorded on each of those streams, and each of them then
+ * waits for an event recorded after the copy, so their work queued before the step sees the
+ * old address and their work queued after it the new one. Then wholly free segments are
+ * released and idle VMM pages unmapped. `out` may be NULL.
  * Fails: GM_ERR_INVALID_ARGUMENT (pool NULL), GM_ERR_BACKEND (a copy failed: the blocks moved
  * before it stay moved and counted in *out, the failed one stays where it was).
  * O(movable blocks x blocks of the arena). Thread-safe. */
@@ -512,6 +528,9 @@ typedef struct gm_stats {
                                     ran, and out-of-memory ladder step 3 */
     uint64_t defrag_blocks_moved;
     uint64_t defrag_bytes_moved; /* bytes copied by compaction */
+    uint64_t vmm_stitches;       /* VMM: requests that found no free run of virtual addresses
+                                    and were served from a new range by mapping free physical
+                                    pages there (stitching, no copy; docs/defrag.md) */
 } gm_stats;
 
 /* Fill *out. Fragmentation fields walk every free block: O(blocks). Thread-safe. */

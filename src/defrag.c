@@ -1,5 +1,6 @@
 /*
- * Defragmentation, part 1: movable blocks and their compaction (docs/defrag.md, DESIGN.md §3).
+ * Defragmentation: movable blocks and their compaction (docs/defrag.md, DESIGN.md §3); VMM
+ * stitching, the copy-free way, is in segment.c (vmm_stitch_locked).
  *
  * Handles. gm_alloc_movable files a live block like gm_alloc and gives it a slot in the pool's
  * handle table; the block records the slot (gm_block.handle = index + 1) and the slot the block.
@@ -10,14 +11,17 @@
  * Compaction step (gm_defrag_step), under the pool lock:
  *   1. every cached block goes back to its strategy (the threads' caches with the world
  *      stopped, the pool's cache, completed pending frees), so free neighbours coalesce;
- *   2. in each arena of the stream's heap whose strategy can place at a chosen address
- *      (strategy_ops.take_at: tlsf), the candidates (live movable blocks, unpinned, used by no
- *      other stream) are taken highest address first; each moves into the lowest free block
- *      below it that fits (spans in address order), if its requested bytes fit in what is left
- *      of the budget: take_at carves the target, VMM pages are acquired, the device copy is
- *      queued on the stream, the live map is updated under the two shards' locks (in shard
- *      order), the handle points at the new record, the old range goes back to the strategy
- *      (coalescing), and the relocation callback runs;
+ *   2. in each arena of the stream's heap, the candidates (live movable blocks, unpinned,
+ *      allocated on the stream) are taken highest address first; each moves to the lowest place
+ *      below it that its strategy can give it (strategy_ops.take_at tried on the free blocks
+ *      below it, spans in address order), if its requested bytes fit in what is left of the
+ *      byte budget and its estimated stream time (move_estimate_ns) in what is left of the time
+ *      budget: take_at carves the target, VMM pages are acquired, the stream waits for an event
+ *      on every other stream that used the block (gm_record_stream), the device copy is queued
+ *      on the stream, each of those other streams waits for an event after the copy, the live
+ *      map is updated under the two shards' locks (in shard order) and the block's other
+ *      streams go with it, the handle points at the new record, the old range goes back to the
+ *      strategy (coalescing), and the relocation callback runs;
  *   3. wholly free plain segments of those arenas are released, idle VMM pages unmapped.
  * Out-of-memory ladder step 3 runs 2 on the allocating arena without a budget and stops as
  * soon as the arena has a free block of the requested size; only if it has none are wholly free
@@ -25,14 +29,17 @@
  *
  * Invariants: a live block has a handle iff it is movable; slot.block->handle == index + 1 and
  * the block is live (gm_pool_check: defrag_check_locked); movable_live / pinned_live count the
- * used slots and those with pins; a pinned block, a plain block, and a block with extra streams
- * never move; blocks move only to lower addresses inside their arena, so a step terminates.
+ * used slots and those with pins; a pinned block and a plain block never move; blocks move only
+ * to lower addresses inside their arena, so a step terminates.
  *
  * Stream order: the copy reads the old range and writes the new one on the step's stream, after
  * the work queued before it; the old range is free to later work of the same stream at once
  * (its heap belongs to that stream), and a segment or page is given back only after the stream
- * was synchronized (note_stream_for_sync). Blocks of other streams' heaps are not moved by a
- * step on this stream (part 1; docs/defrag.md).
+ * was synchronized (note_stream_for_sync). Another stream E that used the block: the copy waits
+ * for an event recorded on E at the step (E's earlier work used the old address), and E waits
+ * for an event recorded on the stream after the copy (E's later work uses the new one); an
+ * event that cannot be recorded is replaced by synchronizing its stream. Blocks of other
+ * streams' heaps are not moved by a step on this stream (docs/defrag.md).
  *
  * Bounds: handle calls O(1). A step: O(cached blocks) to evict, then O(C log C + C x B) for C
  * candidates and B blocks of the arena (the target search walks the arena in address order),
@@ -117,6 +124,7 @@ static void slot_put_locked(gm_pool *pool, uint32_t i)
 typedef struct defrag_run {
     gm_stream stream;
     size_t budget;   /* bytes that may still be copied */
+    uint64_t time_left; /* ns of estimated stream time the step may still add */
     size_t need;     /* OOM ladder: stop once the arena has a free block this large; 0 = no */
     gm_status st;    /* the first failure, with its message recorded */
     gm_defrag_result res;
@@ -151,7 +159,38 @@ static gm_span **sorted_spans(const gm_arena *a, size_t *n)
 static bool movable_candidate(const gm_pool *pool, const gm_arena *a, const gm_block *b)
 {
     return b->handle && b->flags == 0 && pool->handles[b->handle - 1].pins == 0 &&
-           !b->extra_count && b->tag == a->heap->stream;
+           b->tag == a->heap->stream;
+}
+
+/* Estimated stream time of moving block c: its copy (gm_config.defrag_copy_bandwidth, or the
+ * H200 cost model), plus an event record and a stream wait before and after the copy for each
+ * other stream that used it. */
+static uint64_t move_estimate_ns(const gm_pool *pool, const gm_block *c)
+{
+    double bw = pool->cfg.defrag_copy_bandwidth;
+    uint64_t copy = bw > 0.0 ? (uint64_t)((double)c->requested * 1e9 / bw)
+                             : cost_model_ns(GM_CALL_COPY, c->requested);
+    uint64_t order = 2 * (cost_model_ns(GM_CALL_EVENT_RECORD, 0) +
+                          cost_model_ns(GM_CALL_STREAM_WAIT, 0));
+    return copy + c->extra_count * order;
+}
+
+/* Make stream `waiter` wait on the device for the work queued so far on `on`: an event recorded
+ * on `on`, then a stream wait. If the event cannot be had or recorded, `on` is synchronized
+ * instead (the host waits; the order holds either way). */
+static void order_after_locked(gm_pool *pool, gm_stream waiter, gm_stream on)
+{
+    gm_backend *be = pool->backend;
+    gm_event ev = 0;
+    gm_status st = pool_event_get_locked(pool, &ev);
+    if (st == GM_OK)
+        st = DEVICE_CALL(pool, GM_CALL_EVENT_RECORD, be->ops->event_record(be, ev, on));
+    if (st == GM_OK)
+        st = DEVICE_CALL(pool, GM_CALL_STREAM_WAIT, be->ops->stream_wait_event(be, waiter, ev));
+    if (ev)
+        pool_event_put_locked(pool, ev); /* the wait captured the event: it may be reused */
+    if (st != GM_OK)
+        (void)be->ops->stream_sync(be, on);
 }
 
 /* Every page of [addr, addr + size) in VMM arena a is mapped. */
@@ -163,18 +202,23 @@ static bool range_mapped(const gm_arena *a, uintptr_t addr, size_t size)
     return true;
 }
 
-/* The lowest free block below address `below` with at least `size` bytes, or NULL. In a VMM
- * arena the bytes a move would use must already be mapped: a move that mapped new pages would
- * hold both copies at once and raise the peak (measured: gpt2_generate, VMM, reserved/live
- * 1.0360 with such moves against 1.0199 without compaction); idle pages are recycled anyway. */
-static gm_block *lowest_fit(const gm_arena *a, gm_span *const *spans, size_t n, uintptr_t below,
-                            size_t size)
+/* Take the lowest place below live block c that its strategy can give it (take_at on the free
+ * blocks below c, in address order), or NULL. In a VMM arena the bytes a move would use must
+ * already be mapped: a move that mapped new pages would hold both copies at once and raise the
+ * peak (measured: gpt2_generate, VMM, reserved/live 1.0360 with such moves against 1.0199
+ * without compaction); idle pages are recycled anyway. */
+static gm_block *take_lowest(gm_pool *pool, gm_arena *a, gm_span *const *spans, size_t n,
+                             const gm_block *c)
 {
-    for (size_t i = 0; i < n && spans[i]->base < below; i++)
-        for (gm_block *b = spans[i]->first; b && b->addr < below; b = b->phys_next)
-            if (block_is_free(b) && b->size >= size &&
-                (!spans[i]->vmm || range_mapped(a, b->addr, size)))
-                return b;
+    for (size_t i = 0; i < n && spans[i]->base < c->addr; i++)
+        for (gm_block *b = spans[i]->first; b && b->addr < c->addr; b = b->phys_next) {
+            if (!block_is_free(b) || b->size < c->size ||
+                (spans[i]->vmm && !range_mapped(a, b->addr, c->size)))
+                continue;
+            gm_block *nb = a->ops->take_at(pool, a, b, c->size);
+            if (nb)
+                return nb;
+        }
     return NULL;
 }
 
@@ -187,20 +231,23 @@ static bool arena_has_free(const gm_arena *a, size_t size)
     return false;
 }
 
-/* Move live block c into free block fb (below it). False if it did not move. */
-static bool move_block_locked(gm_pool *pool, gm_arena *a, gm_block *c, gm_block *fb,
+/* Move live block c into nb, just taken from its strategy below it. False if it did not move
+ * (nb went back). */
+static bool move_block_locked(gm_pool *pool, gm_arena *a, gm_block *c, gm_block *nb,
                               defrag_run *r)
 {
     gm_backend *be = pool->backend;
-    gm_block *nb = a->ops->take_at(pool, a, fb, c->size);
-    if (!nb)
-        return false; /* host memory for the split record: leave c where it is */
     nb->flags = 0;
     nb->span->live_blocks++;
     if (nb->span->vmm && pages_acquire_locked(pool, a, nb->addr, nb->size) != GM_OK) {
         block_untake_locked(pool, nb); /* no page for the target: c stays */
         return false;
     }
+    /* Other streams' work queued before the step reads or writes the old range: the copy waits
+     * for it. */
+    for (uint32_t i = 0; i < c->extra_count; i++)
+        if (c->extra_streams[i] != r->stream)
+            order_after_locked(pool, r->stream, c->extra_streams[i]);
     uint64_t t0 = pool->device_time_ns;
     gm_status st = DEVICE_CALL(pool, GM_CALL_COPY,
                                be->ops->copy(be, nb->addr, c->addr, c->requested, r->stream));
@@ -214,6 +261,12 @@ static bool move_block_locked(gm_pool *pool, gm_arena *a, gm_block *c, gm_block 
         return false;
     }
     note_stream_for_sync(pool, r->stream); /* the old range is read until the copy completes */
+    /* Their work queued after the step uses the new address: it waits for the copy. */
+    for (uint32_t i = 0; i < c->extra_count; i++)
+        if (c->extra_streams[i] != r->stream) {
+            order_after_locked(pool, c->extra_streams[i], r->stream);
+            r->res.streams_ordered++;
+        }
     nb->requested = c->requested;
     nb->tag = c->tag;
     nb->handle = c->handle;
@@ -223,9 +276,14 @@ static bool move_block_locked(gm_pool *pool, gm_arena *a, gm_block *c, gm_block 
     if (second != first)
         spin_lock(&second->lock);
     bool filed = bmap_insert(&sn->map, nb);
-    if (filed) {
+    if (filed) { /* the streams that used the block go with it (gm_record_stream writes them
+                    under the shard lock) */
         bmap_erase(&so->map, bmap_find(&so->map, c->addr));
         c->handle = 0;
+        nb->extra_streams = c->extra_streams;
+        nb->extra_count = c->extra_count;
+        c->extra_streams = NULL;
+        c->extra_count = 0;
     }
     if (second != first)
         spin_unlock(&second->lock);
@@ -279,11 +337,14 @@ static void compact_arena_locked(gm_pool *pool, gm_arena *a, defrag_run *r)
         if (r->need && arena_has_free(a, r->need))
             break;
         gm_block *c = cand[i];
-        if (c->requested > r->budget)
+        uint64_t est = move_estimate_ns(pool, c);
+        if (c->requested > r->budget || est > r->time_left)
             continue;
-        gm_block *fb = lowest_fit(a, spans, ns, c->addr, c->size);
-        if (!fb || !move_block_locked(pool, a, c, fb, r))
+        gm_block *nb = take_lowest(pool, a, spans, ns, c);
+        if (!nb || !move_block_locked(pool, a, c, nb, r))
             continue;
+        r->time_left -= est;
+        r->res.estimated_ns += est;
         if (ns != a->span_count) { /* the move released a segment: sort the rest again */
             free(spans);
             if (!(spans = sorted_spans(a, &ns)))
@@ -312,7 +373,8 @@ static void release_arena_locked(gm_pool *pool, gm_arena *a, defrag_run *r)
 
 static bool defrag_oom_hook(gm_pool *pool, gm_arena *a, size_t bytes)
 {
-    defrag_run r = {.stream = a->heap->stream, .budget = SIZE_MAX, .need = bytes};
+    defrag_run r = {.stream = a->heap->stream, .budget = SIZE_MAX, .time_left = UINT64_MAX,
+                    .need = bytes};
     compact_arena_locked(pool, a, &r);
     pool->defrag_steps++;
     if (r.res.blocks_moved && !arena_has_free(a, bytes))
@@ -323,7 +385,8 @@ static bool defrag_oom_hook(gm_pool *pool, gm_arena *a, size_t bytes)
 static gm_status step_locked(gm_pool *pool, gm_stream stream, size_t max_bytes,
                              gm_defrag_result *out)
 {
-    defrag_run r = {.stream = stream, .budget = max_bytes ? max_bytes : GM_DEFRAG_DEFAULT_BUDGET};
+    defrag_run r = {.stream = stream, .budget = max_bytes ? max_bytes : GM_DEFRAG_DEFAULT_BUDGET,
+                    .time_left = pool->cfg.defrag_step_ns};
     pool_evict_caches_locked(pool);
     for (size_t h = 0; h < pool->heap_count; h++) {
         if (pool->heaps[h].stream != stream)

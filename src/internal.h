@@ -106,6 +106,17 @@ typedef struct vmm_page {
 } vmm_page;
 #define PAGE_NONE UINT32_MAX
 
+/* One reserved virtual range of a VMM arena. Its pages are entries [first, first + count) of
+ * the arena's page table. The first range is the arena's main range (vmm_reserve_bytes); later
+ * ones are stitched ranges, reserved when a request found no free run of virtual addresses and
+ * served by mapping free physical pages there (segment.c: vmm_stitch_locked). */
+typedef struct vmm_range {
+    uintptr_t base;
+    size_t first, count;
+    size_t mapped; /* pages of the range mapped */
+    size_t hwm;    /* highest page of the range ever mapped + 1 (relative to first) */
+} vmm_range;
+
 /* Every block address and size is a multiple of BLOCK_ALIGN. */
 enum { BLOCK_ALIGN_LOG2 = 9 };
 #define BLOCK_ALIGN ((size_t)1 << BLOCK_ALIGN_LOG2)
@@ -118,9 +129,10 @@ struct gm_arena {
     void *state;              /* the strategy's free structures */
     gm_span *spans;
     size_t span_count;
-    /* VMM only: the one span and its page table. */
+    /* VMM only: one span per reserved range, the ranges, and one page table for all of them. */
     vmm_page *pages;
-    uintptr_t vbase;
+    vmm_range *ranges;
+    size_t range_count;
     unsigned page_shift;
     size_t page_count, mapped_pages, page_hwm; /* hwm: highest page ever mapped + 1 */
     uint32_t idle_head;
@@ -253,6 +265,7 @@ struct gm_pool {
     uint32_t handle_cap, handle_free; /* free slot list head; UINT32_MAX = none */
     size_t movable_live, pinned_live;
     uint64_t defrag_steps, defrag_blocks, defrag_bytes;
+    uint64_t vmm_stitches;
     gm_relocate_fn relocate_fn;
     void *relocate_user;
     uint64_t cross_stream_reuses;
@@ -351,6 +364,14 @@ gm_status device_call_end(gm_pool *pool, gm_call kind, gm_status st);
 /* --- segment.c: spans, VMM pages --- */
 gm_status span_create_plain_locked(gm_pool *pool, gm_arena *a, size_t size, gm_span **out);
 gm_status span_create_vmm_locked(gm_pool *pool, gm_arena *a);
+/* Stitching: the arena's ranges have no free run of `granted` bytes; reserve a new range of
+ * that size (a new span), whose pages the next pages_acquire maps from free physical pages of
+ * the pool (idle pages unmapped from their old place) before any new ones. */
+gm_status vmm_stitch_locked(gm_pool *pool, gm_arena *a, size_t granted);
+/* The range that holds address `addr` of VMM arena a. */
+const vmm_range *vmm_range_of(const gm_arena *a, uintptr_t addr);
+/* gm_trim: release every range of VMM arena a when none of its pages is mapped. */
+void vmm_release_ranges_locked(gm_pool *pool, gm_arena *a);
 void span_release_locked(gm_pool *pool, gm_span *s);
 gm_status pages_acquire_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);
 void pages_drop_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);

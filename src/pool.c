@@ -298,6 +298,8 @@ static gm_status resolve_config(const gm_backend *be, const gm_config *in, gm_co
         c->fixed_reserve_blocks = 16;
     if (c->defrag_threshold == 0.0)
         c->defrag_threshold = 0.30;
+    if (!c->defrag_step_ns)
+        c->defrag_step_ns = GM_DEFRAG_DEFAULT_STEP_NS;
 
     const char *bad = NULL;
     if ((unsigned)c->strategy >= GM_STRATEGY_COUNT)
@@ -347,6 +349,8 @@ static gm_status resolve_config(const gm_backend *be, const gm_config *in, gm_co
               "fixed_reserve_blocks must fit in a size";
     else if (!(c->defrag_threshold > 0.0 && c->defrag_threshold <= 1.0))
         bad = "defrag_threshold must be in [0, 1] (0 = 0.30)";
+    else if (!(c->defrag_copy_bandwidth >= 0.0 && c->defrag_copy_bandwidth < 1e18))
+        bad = "defrag_copy_bandwidth must be >= 0 bytes per second (0 = the H200 cost model)";
     if (bad) {
         snprintf(why, why_len, "gm_pool_create: invalid config: %s", bad);
         return GM_ERR_INVALID_ARGUMENT;
@@ -598,7 +602,13 @@ static gm_status arena_alloc_locked(gm_pool *pool, gm_arena *a, size_t granted, 
             return st;
         b = a->ops->take(pool, a, granted);
     }
-    if (!b) /* VMM: the virtual range is exhausted */
+    if (!b && vmm) { /* no free run of addresses: stitch free pages into a new range */
+        gm_status st = vmm_stitch_locked(pool, a, granted);
+        if (st != GM_OK)
+            return st;
+        b = a->ops->take(pool, a, granted);
+    }
+    if (!b) /* VMM: the virtual ranges are exhausted */
         return GM_ERR_OUT_OF_MEMORY;
     flags_set(b, 0);
     b->span->live_blocks++;
@@ -711,6 +721,10 @@ static void process_pending_locked(gm_pool *pool)
 
 void pool_evict_caches_locked(gm_pool *pool)
 {
+    /* Pending frees first: those whose events completed retire into the cache, which is evicted
+     * next (evicting a block another stream used parks it behind an event: once more). */
+    if (pool->pending)
+        process_pending_locked(pool);
     (void)tcache_reclaim_locked(pool);
     cache_evict_all_locked(pool);
     if (pool->pending)
@@ -1267,11 +1281,8 @@ gm_status gm_trim(gm_pool *pool, size_t keep_bytes)
     release_free_memory_locked(pool, keep_bytes);
     if (keep_bytes == 0) /* also give back virtual ranges that hold nothing */
         for (size_t h = 0; h < pool->heap_count; h++)
-            for (int k = 0; k < ARENA_COUNT; k++) {
-                gm_arena *a = &pool->heaps[h].arenas[k];
-                if (a->pages && a->mapped_pages == 0 && a->spans->live_blocks == 0)
-                    span_release_locked(pool, a->spans);
-            }
+            for (int k = 0; k < ARENA_COUNT; k++)
+                vmm_release_ranges_locked(pool, &pool->heaps[h].arenas[k]);
     return pool_unlock(pool, GM_OK);
 }
 

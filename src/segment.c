@@ -1,9 +1,13 @@
 /*
  * Segments: the device memory a pool holds, and every device call the pool makes.
  *
- * Plain spans are one mem_alloc each, tiled by blocks. A VMM span is one reserved virtual range
- * per arena whose pages (the backend's granularity, 2 MiB on an H200) are mapped when a block
- * first covers them. Page bookkeeping:
+ * Plain spans are one mem_alloc each, tiled by blocks. A VMM span is a reserved virtual range
+ * whose pages (the backend's granularity, 2 MiB on an H200) are mapped when a block first covers
+ * them: an arena's main range (vmm_reserve_bytes), plus one per request that found no free run
+ * of addresses in the ranges it has ("stitching": the new range's pages are mapped from idle
+ * pages of the pool first, so bytes that were free but scattered serve one contiguous block
+ * without a copy or growth; stitch_pays says when). One page table serves all of an arena's
+ * ranges (arena.ranges maps addresses to table entries). Page bookkeeping:
  *
  *     page.users  = live blocks overlapping the page
  *     mapped page with users == 0  <=>  the page is on its arena's idle list
@@ -16,7 +20,8 @@
  * Before anything is unmapped or freed, the streams that freed memory are synchronized, so no
  * queued kernel can touch memory that has gone (what cuMemUnmap requires).
  *
- * Bounds: page acquire/drop O(pages covered); release of free memory O(spans + idle pages).
+ * Bounds: page acquire/drop O(pages covered x ranges); release of free memory O(spans + idle
+ * pages); a stitch O(heaps) to decide, plus the page table's growth.
  */
 #include "internal.h"
 #include "strategy.h"
@@ -108,40 +113,107 @@ gm_status span_create_plain_locked(gm_pool *pool, gm_arena *a, size_t size, gm_s
     return GM_OK;
 }
 
-gm_status span_create_vmm_locked(gm_pool *pool, gm_arena *a)
+/* Reserve a virtual range of `size` bytes (a multiple of the granularity) for VMM arena a: a
+ * new span holding one free block, its pages appended to the arena's page table. */
+static gm_status vmm_range_add_locked(gm_pool *pool, gm_arena *a, size_t size)
 {
     size_t gran = pool->granularity;
-    size_t size = round_up(pool->cfg.vmm_reserve_bytes, gran);
     size_t pages = size / gran;
-    if (pages >= PAGE_NONE)
+    if (pages >= PAGE_NONE - a->page_count)
         return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
-                                "vmm_reserve_bytes %zu is more than %u pages", size, PAGE_NONE - 1);
-    vmm_page *table = malloc(pages * sizeof *table);
-    if (!table)
-        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "host memory exhausted (page table)");
-    for (size_t i = 0; i < pages; i++)
-        table[i] = (vmm_page){.idle_prev = PAGE_NONE, .idle_next = PAGE_NONE};
-
+                                "a VMM arena of %zu + %zu pages is more than %u pages",
+                                a->page_count, pages, PAGE_NONE - 1);
+    vmm_page *table = realloc(a->pages, (a->page_count + pages) * sizeof *table);
+    vmm_range *ranges = table ? realloc(a->ranges, (a->range_count + 1) * sizeof *ranges) : NULL;
+    if (table)
+        a->pages = table; /* larger now; its new entries count once the range is added */
+    if (ranges)
+        a->ranges = ranges;
+    gm_status st = ranges ? GM_OK
+                          : pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
+                                             "host memory exhausted (page table)");
     uintptr_t base = 0;
     gm_backend *be = pool->backend;
-    gm_status st = DEVICE_CALL(pool, GM_CALL_VA_RESERVE, be->ops->va_reserve(be, size, gran, &base));
-    gm_span *s = NULL;
     if (st == GM_OK)
+        st = DEVICE_CALL(pool, GM_CALL_VA_RESERVE, be->ops->va_reserve(be, size, gran, &base));
+    gm_span *s = NULL;
+    if (st == GM_OK) {
         st = span_new(pool, a, base, size, true, &s);
-    if (st != GM_OK) {
-        if (base)
+        if (st != GM_OK)
             (void)DEVICE_CALL(pool, GM_CALL_VA_RELEASE, be->ops->va_release(be, base, size));
-        free(table);
+    }
+    if (st != GM_OK) {
+        if (!a->range_count) { /* the arena stays without VMM state */
+            free(a->pages);
+            free(a->ranges);
+            a->pages = NULL;
+            a->ranges = NULL;
+        }
         return st;
     }
-    a->pages = table;
-    a->vbase = base;
-    a->page_shift = floor_log2(gran);
-    a->page_count = pages;
-    a->mapped_pages = a->page_hwm = 0;
-    a->idle_head = PAGE_NONE;
-    a->idle_pages = 0;
+    if (!a->range_count) {
+        a->page_shift = floor_log2(gran);
+        a->page_count = a->mapped_pages = a->page_hwm = 0;
+        a->idle_head = PAGE_NONE;
+        a->idle_pages = 0;
+    }
+    for (size_t i = 0; i < pages; i++)
+        a->pages[a->page_count + i] = (vmm_page){.idle_prev = PAGE_NONE, .idle_next = PAGE_NONE};
+    a->ranges[a->range_count++] = (vmm_range){.base = base, .first = a->page_count,
+                                              .count = pages};
+    a->page_count += pages;
     return GM_OK;
+}
+
+gm_status span_create_vmm_locked(gm_pool *pool, gm_arena *a)
+{
+    return vmm_range_add_locked(pool, a, round_up(pool->cfg.vmm_reserve_bytes, pool->granularity));
+}
+
+/* Idle pages of the whole pool: mapped, in no live block, free to be mapped elsewhere. */
+static size_t idle_pages_locked(const gm_pool *pool)
+{
+    size_t n = 0;
+    for (size_t h = 0; h < pool->heap_count; h++)
+        for (int k = 0; k < ARENA_COUNT; k++)
+            n += pool->heaps[h].arenas[k].idle_pages;
+    return n;
+}
+
+/* When stitching pays (docs/defrag.md, "Stitching"). By the H200 cost model (ANCHORS.md), a
+ * stitched page costs an unmap and a map (17.4 + 27.1 us at 2 MiB) and the new range a reserve
+ * (0.6-5.8 us): within 15 % of growing by a page (create + map, 11.5 + 27.1 us), which would
+ * need a new range as well here, and no copy at all, but it raises no reserved bytes. Copying
+ * is cheaper per byte (a page's remap time copies ~85 MiB at 1.9 TB/s), but compaction needs
+ * movable blocks and room below them, so it stays the ladder's step 3, for when stitching
+ * cannot be done. So: stitch whenever the pages can be had without passing the reserve limit
+ * (idle pages of the pool first, under every release policy but ON_OOM, which grows first and
+ * recycles at the limit); otherwise leave it to the out-of-memory ladder, which evicts cached
+ * blocks (their pages become idle) and compacts, and retries. O(heaps). */
+static bool stitch_pays(const gm_pool *pool, size_t granted)
+{
+    size_t gran = pool->granularity;
+    size_t pages = round_up(granted, gran) / gran, idle = idle_pages_locked(pool);
+    size_t grow = pages > idle ? (pages - idle) * gran : 0;
+    return pool->reserved_bytes + grow <= pool->limit;
+}
+
+gm_status vmm_stitch_locked(gm_pool *pool, gm_arena *a, size_t granted)
+{
+    if (!stitch_pays(pool, granted))
+        return GM_ERR_OUT_OF_MEMORY;
+    gm_status st = vmm_range_add_locked(pool, a, round_up(granted, pool->granularity));
+    if (st == GM_OK)
+        pool->vmm_stitches++;
+    return st;
+}
+
+static size_t range_index(const gm_arena *a, const gm_span *s)
+{
+    size_t r = 0;
+    while (a->ranges[r].base != s->base)
+        r++;
+    return r;
 }
 
 /* Give a wholly free span back to the device. VMM spans must have no mapped page left. */
@@ -156,11 +228,19 @@ void span_release_locked(gm_pool *pool, gm_span *s)
     span_unlink(a, s);
     pool->segment_count--;
     if (s->vmm) {
-        assert(a->mapped_pages == 0);
+        size_t r = range_index(a, s);
+        assert(a->ranges[r].mapped == 0);
         (void)DEVICE_CALL(pool, GM_CALL_VA_RELEASE, be->ops->va_release(be, s->base, s->size));
-        free(a->pages);
-        a->pages = NULL;
-        a->page_count = a->page_hwm = 0;
+        /* The range's table entries stay (unmapped, unused) until the arena's last range goes:
+         * page indices of the other ranges must not shift. */
+        memmove(&a->ranges[r], &a->ranges[r + 1], (a->range_count - r - 1) * sizeof a->ranges[0]);
+        if (--a->range_count == 0) {
+            free(a->pages);
+            free(a->ranges);
+            a->pages = NULL;
+            a->ranges = NULL;
+            a->page_count = a->page_hwm = 0;
+        }
     } else {
         sync_streams_locked(pool);
         (void)DEVICE_CALL(pool, GM_CALL_MEM_FREE, be->ops->mem_free(be, s->base));
@@ -171,14 +251,43 @@ void span_release_locked(gm_pool *pool, gm_span *s)
 
 /* ---- VMM pages ---- */
 
+const vmm_range *vmm_range_of(const gm_arena *a, uintptr_t addr)
+{
+    const vmm_range *r = a->ranges;
+    while ((size_t)(addr - r->base) >> a->page_shift >= r->count)
+        r++;
+    return r;
+}
+
 size_t vmm_page_of(const gm_arena *a, uintptr_t addr)
 {
-    return (size_t)(addr - a->vbase) >> a->page_shift;
+    const vmm_range *r = vmm_range_of(a, addr);
+    return r->first + ((size_t)(addr - r->base) >> a->page_shift);
+}
+
+static vmm_range *range_of_page(const gm_arena *a, size_t page)
+{
+    vmm_range *r = a->ranges;
+    while (page - r->first >= r->count)
+        r++;
+    return r;
 }
 
 static uintptr_t page_addr(const gm_arena *a, size_t page, size_t gran)
 {
-    return a->vbase + page * gran;
+    const vmm_range *r = range_of_page(a, page);
+    return r->base + (page - r->first) * gran;
+}
+
+void vmm_release_ranges_locked(gm_pool *pool, gm_arena *a)
+{
+    if (!a->pages || a->mapped_pages)
+        return;
+    for (gm_span *s = a->spans; s; s = s->next)
+        if (s->live_blocks)
+            return;
+    while (a->spans)
+        span_release_locked(pool, a->spans);
 }
 
 static void idle_push(gm_arena *a, size_t p)
@@ -215,6 +324,7 @@ static gm_phys page_unmap(gm_pool *pool, gm_arena *a, size_t p)
     (void)DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, page_addr(a, p, gran), gran));
     a->pages[p].phys = 0;
     a->mapped_pages--;
+    range_of_page(a, p)->mapped--;
     return phys;
 }
 
@@ -284,6 +394,10 @@ static gm_status page_map(gm_pool *pool, gm_arena *a, size_t p)
     a->mapped_pages++;
     if (p + 1 > a->page_hwm)
         a->page_hwm = p + 1;
+    vmm_range *r = range_of_page(a, p);
+    r->mapped++;
+    if (p - r->first + 1 > r->hwm)
+        r->hwm = p - r->first + 1;
     return GM_OK;
 }
 

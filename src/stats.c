@@ -38,17 +38,19 @@ static void add_free_run(free_summary *fs, size_t len)
     fs->histogram[histogram_bin(len)]++;
 }
 
-/* Bytes of [lo, hi) that lie on mapped pages of VMM arena a, as maximal runs. */
+/* Bytes of [lo, hi) (inside one range) that lie on mapped pages of VMM arena a, as maximal
+ * runs. */
 static void add_mapped_runs(free_summary *fs, const gm_arena *a, uintptr_t lo, uintptr_t hi)
 {
     size_t gran = (size_t)1 << a->page_shift;
-    uintptr_t hwm = a->vbase + a->page_hwm * gran;
+    const vmm_range *r = vmm_range_of(a, lo);
+    uintptr_t hwm = r->base + r->hwm * gran;
     if (hi > hwm)
         hi = hwm;
     size_t run = 0;
     while (lo < hi) {
         size_t p = vmm_page_of(a, lo);
-        uintptr_t end = a->vbase + (p + 1) * gran;
+        uintptr_t end = r->base + (p - r->first + 1) * gran;
         if (end > hi)
             end = hi;
         if (a->pages[p].phys) {
@@ -116,6 +118,7 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
     out->defrag_steps = pool->defrag_steps;
     out->defrag_blocks_moved = pool->defrag_blocks;
     out->defrag_bytes_moved = pool->defrag_bytes;
+    out->vmm_stitches = pool->vmm_stitches;
 }
 
 gm_status gm_pool_stats(gm_pool *pool, gm_stats *out)
@@ -173,7 +176,7 @@ static size_t span_mapped_bytes(const gm_span *s)
 {
     if (!s->vmm)
         return s->size;
-    return s->arena->mapped_pages << s->arena->page_shift;
+    return vmm_range_of(s->arena, s->base)->mapped << s->arena->page_shift;
 }
 
 static void snapshot_span(json_out *j, const gm_span *s, bool first_span)
@@ -323,6 +326,19 @@ static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *u
     if (mapped != a->mapped_pages || idle != a->idle_pages || listed != idle)
         return CORRUPT("arena counts %zu mapped / %zu idle pages, found %zu / %zu (listed %zu)",
                        a->mapped_pages, a->idle_pages, mapped, idle, listed);
+    size_t in_ranges = 0;
+    for (size_t r = 0; r < a->range_count; r++) {
+        const vmm_range *vr = &a->ranges[r];
+        size_t m = 0;
+        for (size_t p = vr->first; p < vr->first + vr->count && p < a->page_hwm; p++)
+            m += a->pages[p].phys != 0;
+        if (m != vr->mapped || vr->first + vr->count > a->page_count)
+            return CORRUPT("range 0x%" PRIxPTR " counts %zu mapped pages, found %zu", vr->base,
+                           vr->mapped, m);
+        in_ranges += m;
+    }
+    if (in_ranges != mapped)
+        return CORRUPT("%zu mapped pages lie outside the arena's ranges", mapped - in_ranges);
     rc->reserved += mapped * pool->granularity;
     return GM_OK;
 }

@@ -22,6 +22,7 @@ typedef int CUresult;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef unsigned long long CUdeviceptr;
+typedef struct CUevent_st *CUevent;
 
 static struct oracle {
     bool driver;     /* the driver library loaded */
@@ -44,6 +45,15 @@ static struct oracle {
     CUresult (*cuLaunchHostFunc)(CUstream, void (*)(void *), void *);
     CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
     CUresult (*cuStreamSynchronize)(CUstream);
+    CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+    CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*cuMemFree)(CUdeviceptr);
+    CUresult (*cuEventCreate)(CUevent *, unsigned);
+    CUresult (*cuEventDestroy)(CUevent);
+    CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuEventSynchronize)(CUevent);
+    CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
 } cu;
 
 static inline bool oracle_symbol(void *lib, const char *name, void *slot)
@@ -75,7 +85,16 @@ static inline void oracle_open(void)
               oracle_symbol(lib, "cuStreamDestroy_v2", &cu.cuStreamDestroy) &&
               oracle_symbol(lib, "cuLaunchHostFunc", &cu.cuLaunchHostFunc) &&
               oracle_symbol(lib, "cuMemsetD8Async", &cu.cuMemsetD8Async) &&
-              oracle_symbol(lib, "cuStreamSynchronize", &cu.cuStreamSynchronize);
+              oracle_symbol(lib, "cuStreamSynchronize", &cu.cuStreamSynchronize) &&
+              oracle_symbol(lib, "cuMemcpyHtoD_v2", &cu.cuMemcpyHtoD) &&
+              oracle_symbol(lib, "cuMemcpyDtoDAsync_v2", &cu.cuMemcpyDtoDAsync) &&
+              oracle_symbol(lib, "cuMemAlloc_v2", &cu.cuMemAlloc) &&
+              oracle_symbol(lib, "cuMemFree_v2", &cu.cuMemFree) &&
+              oracle_symbol(lib, "cuEventCreate", &cu.cuEventCreate) &&
+              oracle_symbol(lib, "cuEventDestroy_v2", &cu.cuEventDestroy) &&
+              oracle_symbol(lib, "cuEventRecord", &cu.cuEventRecord) &&
+              oracle_symbol(lib, "cuEventSynchronize", &cu.cuEventSynchronize) &&
+              oracle_symbol(lib, "cuEventElapsedTime", &cu.cuEventElapsedTime);
     if (!ok || cu.cuInit(0) != 0)
         return;
     cu.initialized = true;
@@ -85,6 +104,23 @@ static inline void oracle_open(void)
         REQUIRE(cu.cuDevicePrimaryCtxRetain(&cu.ctx, 0) == 0);
         REQUIRE(cu.cuDeviceTotalMem(&cu.total, 0) == 0);
     }
+}
+
+/* The GPU programs' start: open the oracle and a cuda backend on device 0, or say why not and
+ * exit 77 (ctest's "skipped" for the gpu label). */
+static inline gm_backend *oracle_backend_or_skip(void)
+{
+    oracle_open();
+    gm_backend *be = NULL;
+    if (cu.count < 1 || gm_cuda_backend_create(0, &be) != GM_OK) {
+        printf("skipped: %s\n", !cu.driver ? "no CUDA driver (libcuda.so.1)"
+                                 : cu.count < 1 ? "the driver sees no device"
+                                                : gm_backend_last_error());
+        if (cu.ctx)
+            cu.cuDevicePrimaryCtxRelease(0);
+        exit(77);
+    }
+    return be;
 }
 
 static inline void oracle_close(void)
@@ -125,6 +161,37 @@ static inline bool device_bytes_are(uintptr_t addr, size_t size, unsigned char v
         same = host[i] == value;
     free(host);
     return same;
+}
+
+/* FNV-1a 64 of n bytes: the checksum the defragmentation tests compare. */
+static inline uint64_t checksum_bytes(const unsigned char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Checksum of device bytes [addr, addr + size), read back synchronously (the caller has
+ * synchronized the streams that write them). */
+static inline uint64_t device_checksum(uintptr_t addr, size_t size)
+{
+    unsigned char *host = malloc(size ? size : 1);
+    REQUIRE(host != NULL);
+    oracle_push();
+    REQUIRE(cu.cuMemcpyDtoH(host, (CUdeviceptr)addr, size) == 0);
+    oracle_pop();
+    uint64_t h = checksum_bytes(host, size);
+    free(host);
+    return h;
+}
+
+/* Write host bytes to the device (synchronous). */
+static inline void device_write(uintptr_t addr, const void *src, size_t size)
+{
+    oracle_push();
+    REQUIRE(cu.cuMemcpyHtoD((CUdeviceptr)addr, src, size) == 0);
+    oracle_pop();
 }
 
 /* Fill on the legacy default stream; complete before this returns. */

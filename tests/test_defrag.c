@@ -6,6 +6,8 @@
  * gm_defrag_maybe and its threshold; the relocation callback; bad handles.
  */
 #include "check.h"
+#include "conformance.h"
+#include "defrag_mix.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -102,69 +104,39 @@ static void log_move(void *user, void *from, void *to, size_t size)
 
 enum { NBLK = 240 };
 
-typedef struct tblock {
-    gm_handle *h; /* movable, or NULL */
-    void *plain;  /* plain block, or NULL */
-    void *addr;   /* address as last seen */
-    size_t size;
-    unsigned id;
-    bool pinned, recorded;
-} tblock;
-
-/* expect: 1 blocks must move, 0 none may, -1 either (the check is the bytes). */
-static void integrity(gm_segments segments, gm_strategy strategy, int expect)
+/* One row of the conformance table: blocks must move in every strategy (each has take_at),
+ * blocks other streams used among them; tlsf rows must also give memory back. */
+static void integrity(const conf_case *cc)
 {
     gm_backend *be = sim_new(4ull << 30);
     gm_stream other = NULL;
     REQUIRE_OK(gm_sim_stream_create(be, &other));
-    gm_config cfg = {0};
-    cfg.segments = segments;
-    cfg.strategy = strategy;
+    gm_segments segments = cc->cfg.segments;
+    gm_strategy strategy = cc->cfg.strategy;
+    gm_config cfg = cc->cfg;
     cfg.growth = GM_GROWTH_EXACT; /* many segments, so that compaction empties some */
     gm_pool *p = pool_new(be, &cfg);
     move_log *log = calloc(1, sizeof *log);
     REQUIRE(log);
     CHECK_OK(gm_pool_set_relocate_callback(p, log_move, log));
-    static tblock b[NBLK];
+    static mix_block b[NBLK];
     uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)segments ^ ((uint64_t)strategy << 8);
     for (unsigned i = 0; i < NBLK; i++) {
         size_t size = 512 + (size_t)(rng_next(&rng) % (192 * KiB));
         if (i % 17 == 5)
             size = 1 * MiB + (size_t)(rng_next(&rng) % (3 * MiB)); /* some in the large arena */
-        b[i] = (tblock){.size = size, .id = i + 1};
-        if (i % 7 == 3) {
-            REQUIRE_OK(gm_alloc(p, size, NULL, &b[i].plain));
-            b[i].addr = b[i].plain;
-        } else {
-            REQUIRE_OK(gm_alloc_movable(p, size, NULL, &b[i].h));
-            REQUIRE_OK(gm_handle_ptr(p, b[i].h, &b[i].addr));
-            if (i % 11 == 2) {
-                CHECK_OK(gm_pin(p, b[i].h));
-                CHECK_OK(gm_pin(p, b[i].h)); /* counted: two pins, one unpin stays pinned */
-                CHECK_OK(gm_unpin(p, b[i].h));
-                b[i].pinned = true;
-            } else if (i % 13 == 4) {
-                CHECK_OK(gm_record_stream(p, b[i].addr, other));
-                b[i].recorded = true;
-            }
-        }
+        mix_alloc(p, &b[i], i, size, NULL, other, 13);
         fill(be, b[i].addr, size, b[i].id);
     }
     /* Free two thirds of the blocks that are neither pinned nor recorded, scattered. */
-    for (unsigned i = 0; i < NBLK; i++) {
-        if (b[i].pinned || b[i].recorded || rng_next(&rng) % 3 == 0)
-            continue;
-        if (b[i].h)
-            CHECK_OK(gm_free_handle(p, b[i].h, NULL));
-        else
-            CHECK_OK(gm_free(p, b[i].plain, NULL));
-        b[i] = (tblock){0};
-    }
+    for (unsigned i = 0; i < NBLK; i++)
+        if (!b[i].pinned && !b[i].recorded && rng_next(&rng) % 3 != 0)
+            mix_free(p, &b[i], NULL);
     gm_stats before = stats_of(p);
     CHECK_GT_U(before.movable_live_blocks, 0);
     CHECK_GT_U(before.pinned_live_blocks, 0);
     const size_t budget = 1 * MiB;
-    uint64_t moved = 0, steps = 0, released = 0;
+    uint64_t moved = 0, steps = 0, released = 0, recorded_moved = 0;
     for (int step = 0; step < 400; step++) {
         gm_defrag_result r;
         size_t logged = log->n;
@@ -179,17 +151,14 @@ static void integrity(gm_segments segments, gm_strategy strategy, int expect)
         for (unsigned i = 0; i < NBLK; i++) {
             if (!b[i].size)
                 continue;
-            void *now = b[i].plain;
-            if (b[i].h)
-                REQUIRE_OK(gm_handle_ptr(p, b[i].h, &now));
-            if (now != b[i].addr) {
-                CHECK(b[i].h && !b[i].pinned && !b[i].recorded); /* only these ever move */
+            void *now = b[i].addr;
+            if (mix_moved(p, &b[i])) {
+                now = b[i].addr;
+                recorded_moved += b[i].recorded;
                 bool seen = false; /* the callback saw (old, new, size) */
                 for (size_t k = logged; k < log->n; k++)
                     seen |= log->v[k].to == now && log->v[k].size == b[i].size;
                 CHECK(seen);
-                CHECK_LT_U((uintptr_t)now, (uintptr_t)b[i].addr); /* always downwards */
-                b[i].addr = now;
             }
             bool intact = holds(be, now, b[i].size, b[i].id);
             CHECK(intact);
@@ -209,23 +178,19 @@ static void integrity(gm_segments segments, gm_strategy strategy, int expect)
     CHECK_EQ_U(after.pinned_live_blocks, before.pinned_live_blocks);
     CHECK_EQ_U(after.live_bytes, before.live_bytes);
     CHECK_EQ_U(log->overflow, 0);
-    printf("integrity %s/%s: %" PRIu64 " steps, %" PRIu64 " blocks moved, %" PRIu64
-           " bytes released\n", gm_segments_str(segments), gm_strategy_str(strategy), steps,
-           moved, released);
-    if (expect == 1) {
-        CHECK_GT_U(moved, 0);
-        CHECK_GT_U(after.defrag_bytes_moved, 0);
+    printf("integrity %s: %" PRIu64 " steps, %" PRIu64 " blocks moved (%" PRIu64
+           " used by another stream), %" PRIu64 " bytes released\n", cc->name, steps, moved,
+           recorded_moved, released);
+    CHECK_GT_U(moved, 0);
+    CHECK_GT_U(after.defrag_bytes_moved, 0);
+    CHECK_GT_U(recorded_moved, 0); /* blocks another stream used move too (with events) */
+    if (strategy == GM_STRATEGY_TLSF && cc->cfg.release != GM_RELEASE_EAGER) {
         CHECK_GT_U(released, 0);
         CHECK_LT_U(after.reserved_bytes, before.reserved_bytes);
-    } else if (expect == 0) {
-        CHECK_EQ_U(moved, 0);
     }
-    for (unsigned i = 0; i < NBLK; i++) {
-        if (b[i].h)
-            CHECK_OK(gm_free_handle(p, b[i].h, NULL));
-        else if (b[i].plain)
-            CHECK_OK(gm_free(p, b[i].plain, NULL));
-    }
+    (void)segments;
+    for (unsigned i = 0; i < NBLK; i++)
+        mix_free(p, &b[i], NULL);
     CHECK_OK(gm_pool_check(p));
     CHECK_EQ_U(stats_of(p).movable_live_blocks, 0);
     CHECK_EQ_U(stats_of(p).pinned_live_blocks, 0);
@@ -412,9 +377,15 @@ static void bad_input(void)
     gm_pool *r = NULL;
     CHECK_STATUS(gm_pool_create(be, &bad, &r), GM_ERR_INVALID_ARGUMENT);
     CHECK_STR_CONTAINS(gm_last_error(NULL), "defrag_threshold");
+    bad = (gm_config){0};
+    bad.defrag_copy_bandwidth = -1.0;
+    CHECK_STATUS(gm_pool_create(be, &bad, &r), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "defrag_copy_bandwidth");
     gm_config got;
     CHECK_OK(gm_pool_config(p, &got));
     CHECK_EQ_D(got.defrag_threshold, 0.30, 1e-12);
+    CHECK_EQ_U(got.defrag_step_ns, GM_DEFRAG_DEFAULT_STEP_NS);
+    CHECK_EQ_D(got.defrag_copy_bandwidth, 0.0, 0.0);
     CHECK_OK(gm_pool_check(p));
     CHECK_OK(gm_free_handle(q, foreign, NULL));
     CHECK_OK(gm_pool_destroy(q));
@@ -547,14 +518,239 @@ static void vmm_moves_use_mapped_bytes(bool trim_first)
     gm_backend_destroy(be);
 }
 
+
+/* ---------------------------------------------------------------- time budget */
+
+/* 128 movable 1 MiB blocks, two per 2 MiB small segment; the lower block of each segment is
+ * freed, so 32 blocks (those of the upper 32 segments) can move down into the lower 32
+ * segments' holes. By the H200 cost model a 1 MiB copy is launch-bound (5.3 us), so the default
+ * 256 MiB byte budget alone would let one step queue all 32 copies (170 us); the time budget
+ * (150 us by default) stops it at 28. `want`: blocks the first step moves. */
+static void time_budget(uint64_t step_ns, double bandwidth, size_t max_bytes, unsigned want)
+{
+    gm_backend *be = sim_new(1ull << 30);
+    gm_config cfg = {0};
+    cfg.cache_disable = 1;
+    cfg.defrag_step_ns = step_ns;
+    cfg.defrag_copy_bandwidth = bandwidth;
+    gm_pool *p = pool_new(be, &cfg);
+    enum { N = 128 };
+    gm_handle *h[N];
+    for (unsigned i = 0; i < N; i++) {
+        void *a = NULL;
+        REQUIRE_OK(gm_alloc_movable(p, 1 * MiB, NULL, &h[i]));
+        REQUIRE_OK(gm_handle_ptr(p, h[i], &a));
+        fill(be, a, 1 * MiB, i + 1);
+    }
+    for (unsigned i = 0; i < N; i += 2) {
+        CHECK_OK(gm_free_handle(p, h[i], NULL));
+        h[i] = NULL;
+    }
+    gm_device_counters c0, c1;
+    CHECK_OK(gm_backend_counters(be, &c0));
+    gm_defrag_result r;
+    CHECK_OK(gm_defrag_step(p, NULL, max_bytes, &r));
+    CHECK_OK(gm_backend_counters(be, &c1));
+    CHECK_EQ_U(r.blocks_moved, want);
+    CHECK_EQ_U(c1.calls[GM_CALL_COPY] - c0.calls[GM_CALL_COPY], want);
+    uint64_t limit = step_ns ? step_ns : GM_DEFRAG_DEFAULT_STEP_NS;
+    CHECK_LE_U(r.estimated_ns, limit);
+    if (bandwidth == 0.0) { /* the estimate is the sim's cost model: exact there */
+        CHECK_EQ_U(r.estimated_ns, c1.time_ns[GM_CALL_COPY] - c0.time_ns[GM_CALL_COPY]);
+        CHECK_EQ_U(r.copy_time_ns, r.estimated_ns);
+    }
+    unsigned moved_total = (unsigned)r.blocks_moved;
+    for (int step = 0; step < 64 && r.blocks_moved; step++) { /* the rest, step by step */
+        CHECK_OK(gm_defrag_step(p, NULL, max_bytes, &r));
+        CHECK_LE_U(r.estimated_ns, limit);
+        moved_total += (unsigned)r.blocks_moved;
+    }
+    CHECK_EQ_U(moved_total, N / 4);
+    for (unsigned i = 1; i < N; i += 2) {
+        void *a = NULL;
+        REQUIRE_OK(gm_handle_ptr(p, h[i], &a));
+        CHECK(holds(be, a, 1 * MiB, i + 1));
+        CHECK_OK(gm_free_handle(p, h[i], NULL));
+    }
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
+/* ---------------------------------------------------------------- other streams */
+
+static void progress(gm_backend *be, gm_stream s, uint64_t *queued, uint64_t *done)
+{
+    REQUIRE_OK(gm_sim_stream_progress(be, s, queued, done));
+}
+
+/* A block allocated on S that stream E also used (gm_record_stream) moves in a step on S, and
+ * the copy is ordered after E's work: with E's kernel K still pending, S gets a wait before the
+ * copy (so completing S completes K first), and E gets a wait after K for the copy (so E's
+ * later work sees the block at its new address). A block whose E work is done moves with no
+ * wait at all. */
+static void other_stream_moves(bool e_busy)
+{
+    gm_sim_config sc = {0};
+    sc.capacity = 1ull << 30;
+    sc.host_backed = 1;
+    sc.manual_streams = 1;
+    gm_backend *be = NULL;
+    REQUIRE_OK(gm_sim_backend_create(&sc, &be));
+    gm_stream S = NULL, E = NULL;
+    REQUIRE_OK(gm_sim_stream_create(be, &S));
+    REQUIRE_OK(gm_sim_stream_create(be, &E));
+    gm_config cfg = {0};
+    cfg.cache_disable = 1;
+    gm_pool *p = pool_new(be, &cfg);
+    gm_handle *hole = NULL, *h = NULL;
+    void *old = NULL, *now = NULL;
+    REQUIRE_OK(gm_alloc_movable(p, 256 * KiB, S, &hole));
+    REQUIRE_OK(gm_alloc_movable(p, 256 * KiB, S, &h));
+    REQUIRE_OK(gm_handle_ptr(p, h, &old));
+    fill(be, old, 256 * KiB, 7);
+    CHECK_OK(gm_record_stream(p, old, E));
+    CHECK_OK(gm_free_handle(p, hole, S));
+    CHECK_OK(gm_sim_stream_complete(be, S));
+    if (e_busy)
+        CHECK_OK(gm_sim_launch(be, E)); /* K: E's work on the block, still running */
+    uint64_t sq0, sd0, eq0, ed0, sq, sd, eq, ed;
+    progress(be, S, &sq0, &sd0);
+    progress(be, E, &eq0, &ed0);
+    gm_defrag_result r;
+    CHECK_OK(gm_defrag_step(p, S, 0, &r));
+    CHECK_EQ_U(r.blocks_moved, 1);
+    CHECK_EQ_U(r.streams_ordered, 1);
+    REQUIRE_OK(gm_handle_ptr(p, h, &now));
+    CHECK_LT_U((uintptr_t)now, (uintptr_t)old);
+    CHECK(holds(be, now, 256 * KiB, 7));
+    progress(be, S, &sq, &sd);
+    progress(be, E, &eq, &ed);
+    if (e_busy) {
+        CHECK_EQ_U(sq - sq0, 2);   /* a wait for K, then the copy */
+        CHECK_EQ_U(eq - eq0, 1);   /* E: a wait for the copy, after K */
+        CHECK_LT_U(ed, eq0);       /* K has not run ... */
+        CHECK_LT_U(sd, sq);        /* ... so the copy has not either */
+        CHECK_OK(gm_sim_stream_complete(be, S));
+        progress(be, E, &eq, &ed);
+        CHECK_GE_U(ed, eq0);       /* completing the copy completed K first */
+        CHECK_EQ_U(ed, eq);        /* and E's wait for the copy is done with it */
+    } else {
+        CHECK_EQ_U(sq - sq0, 1);   /* E's work is done: no wait, just the copy */
+        CHECK_EQ_U(eq - eq0, 1);   /* E still waits for the copy before its next work */
+        CHECK_LT_U(ed, eq);
+        CHECK_OK(gm_sim_stream_complete(be, S));
+        progress(be, E, &eq, &ed);
+        CHECK_EQ_U(ed, eq);
+    }
+    /* The block keeps its other stream: freed on S, it waits for E before reuse. */
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free_handle(p, h, S));
+    gm_stats st = stats_of(p);
+    CHECK_EQ_U(st.live_blocks, 0);
+    CHECK_OK(gm_sim_stream_complete(be, E));
+    CHECK_OK(gm_pool_destroy(p));
+    CHECK_OK(gm_sim_stream_destroy(be, S));
+    CHECK_OK(gm_sim_stream_destroy(be, E));
+    gm_backend_destroy(be);
+}
+
+/* ---------------------------------------------------------------- stitching (VMM, no copy) */
+
+/* 32 plain 2 MiB blocks fill a VMM arena whose virtual range and reserve limit are both 64 MiB.
+ * A 16 MiB request fails: no idle page, no room under the limit. Every other block freed leaves
+ * 16 idle pages but no two adjacent, so no free run of addresses fits 16 MiB: the request is
+ * served by stitching, a new 16 MiB range mapped with 8 of those pages (unmapped from their old
+ * places): reserved bytes do not grow, nothing is copied, the live blocks keep their bytes, and
+ * each page of the new block holds what its physical page held before (the sim keeps bytes
+ * with the physical page). Freed, trimmed: every range goes back. */
+static void stitching(gm_release release)
+{
+    gm_backend *be = sim_new(256 * MiB);
+    gm_config cfg = {0};
+    cfg.segments = GM_SEGMENTS_VMM;
+    cfg.release = release;
+    cfg.reserve_limit_bytes = 64 * MiB;
+    cfg.vmm_reserve_bytes = 64 * MiB;
+    cfg.cache_disable = 1;
+    gm_pool *p = pool_new(be, &cfg);
+    enum { N = 32, PAGE = 2 << 20 };
+    void *blk[N], *big = NULL;
+    for (unsigned i = 0; i < N; i++) {
+        REQUIRE_OK(gm_alloc(p, PAGE, NULL, &blk[i]));
+        fill(be, blk[i], PAGE, i + 1);
+    }
+    CHECK_STATUS(gm_alloc(p, 16 * MiB, NULL, &big), GM_ERR_OUT_OF_MEMORY);
+    for (unsigned i = 0; i < N; i += 2) /* freed, its page idle: the bytes stay with the page */
+        CHECK_OK(gm_free(p, blk[i], NULL));
+    gm_stats before = stats_of(p);
+    CHECK_EQ_U(before.reserved_bytes, 64 * MiB);
+    CHECK_EQ_U(before.largest_free_bytes, PAGE);
+    CHECK_EQ_U(before.vmm_stitches, 0);
+    CHECK_OK(gm_alloc(p, 16 * MiB, NULL, &big));
+    gm_stats after = stats_of(p);
+    CHECK_EQ_U(after.vmm_stitches, 1);
+    CHECK_EQ_U(after.reserved_bytes, 64 * MiB);     /* no growth */
+    CHECK_EQ_U(after.peak_reserved_bytes, 64 * MiB);
+    CHECK_EQ_U(after.defrag_bytes_moved, 0);        /* no copy */
+    CHECK_EQ_U(after.device_calls[GM_CALL_COPY], 0);
+    CHECK_EQ_U(after.device_calls[GM_CALL_PHYS_CREATE], before.device_calls[GM_CALL_PHYS_CREATE]);
+    CHECK_EQ_U(after.device_calls[GM_CALL_UNMAP] - before.device_calls[GM_CALL_UNMAP], 8);
+    CHECK_EQ_U(after.device_calls[GM_CALL_VA_RESERVE] - before.device_calls[GM_CALL_VA_RESERVE],
+               1);
+    CHECK_OK(gm_pool_check(p));
+    bool used[N] = {false};
+    for (unsigned pg = 0; pg < 8; pg++) { /* each page came with its bytes, from a freed block */
+        unsigned from = N;
+        for (unsigned i = 0; i < N; i += 2)
+            if (!used[i] && holds(be, (char *)big + (size_t)pg * PAGE, PAGE, i + 1))
+                from = i;
+        CHECK(from < N);
+        if (from < N)
+            used[from] = true;
+    }
+    for (unsigned i = 1; i < N; i += 2)
+        CHECK(holds(be, blk[i], PAGE, i + 1));
+    fill(be, big, 16 * MiB, 99);
+    CHECK(holds(be, big, 16 * MiB, 99));
+    for (unsigned i = 1; i < N; i += 2)
+        CHECK(holds(be, blk[i], PAGE, i + 1));
+    /* Another 16 MiB: the 8 idle pages left are stitched into a second new range. */
+    void *big2 = NULL;
+    CHECK_OK(gm_alloc(p, 16 * MiB, NULL, &big2));
+    CHECK_EQ_U(stats_of(p).vmm_stitches, 2);
+    CHECK_EQ_U(stats_of(p).reserved_bytes, 64 * MiB);
+    void *none = NULL;
+    CHECK_STATUS(gm_alloc(p, 4 * MiB, NULL, &none), GM_ERR_OUT_OF_MEMORY); /* truly full now */
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free(p, big2, NULL));
+    CHECK_OK(gm_free(p, big, NULL));
+    for (unsigned i = 1; i < N; i += 2)
+        CHECK_OK(gm_free(p, blk[i], NULL));
+    CHECK_OK(gm_trim(p, 0));
+    gm_stats end = stats_of(p);
+    CHECK_EQ_U(end.reserved_bytes, 0);
+    CHECK_EQ_U(end.segments, 0); /* every range released */
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
 int main(void)
 {
+    stitching(GM_RELEASE_BEFORE_GROW);
+    stitching(GM_RELEASE_ON_OOM);
+    time_budget(0, 0.0, 0, 28);            /* default: 150 us / 5.3 us per copy */
+    time_budget(20000, 0.0, 0, 3);         /* 20 us */
+    time_budget(0, 0.0, 5 * MiB, 5);       /* the byte budget binds first */
+    time_budget(UINT64_MAX, 0.0, 0, 32);   /* no time budget: the byte budget only */
+    time_budget(0, 10e9, 0, 1);            /* 10 GB/s: 105 us per 1 MiB copy */
+    other_stream_moves(true);
+    other_stream_moves(false);
     vmm_moves_use_mapped_bytes(false);
     vmm_moves_use_mapped_bytes(true);
-    integrity(GM_SEGMENTS_PLAIN, GM_STRATEGY_TLSF, 1);
-    integrity(GM_SEGMENTS_VMM, GM_STRATEGY_TLSF, 1);
-    integrity(GM_SEGMENTS_PLAIN, GM_STRATEGY_BUDDY, 0); /* no take_at: nothing moves */
-    integrity(GM_SEGMENTS_PLAIN, GM_STRATEGY_AUTO, -1); /* only its large arena is tlsf */
+    for (size_t c = 0; c < conf_case_count(); c++)
+        integrity(&conf_cases[c]);
     abc_pattern(false);
     abc_pattern(true);
     maybe_threshold(0.0, true);  /* default 0.30 < 2/3 */

@@ -17,7 +17,6 @@
 #include "conformance.h"
 #include "cuda_oracle.h"
 
-enum { EXIT_SKIP = 77 };
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
 
 static void fill(gm_backend *be, void *p, size_t size, unsigned char v)
@@ -195,15 +194,7 @@ static void out_of_memory(gm_backend *be)
 
 int main(void)
 {
-    oracle_open();
-    gm_backend *be = NULL;
-    if (cu.count < 1 || gm_cuda_backend_create(0, &be) != GM_OK) {
-        printf("skipped: %s\n", !cu.driver ? "no CUDA driver (libcuda.so.1)"
-                                 : cu.count < 1 ? "the driver sees no device"
-                                                : gm_backend_last_error());
-        oracle_close();
-        return EXIT_SKIP;
-    }
+    gm_backend *be = oracle_backend_or_skip();
     conformance(be);
     random_run(be, GM_SEGMENTS_PLAIN, check_seed(7));
     random_run(be, GM_SEGMENTS_VMM, 8);

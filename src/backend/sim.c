@@ -1317,6 +1317,7 @@ gm_status gm_sim_stream_progress(gm_backend *backend, gm_stream stream, uint64_t
     sim_lock(s);
     bool ok = stream_index_locked(s, stream, &si);
     if (ok) {
+        stream_advance_locked(s, si); /* waits whose awaited work is done complete by themselves */
         *queued = s->streams[si].launched;
         *completed = s->streams[si].completed;
     }

@@ -162,16 +162,11 @@ static void buddy_remove_span(gm_pool *pool, gm_arena *a, gm_span *s)
         block_merge_next_locked(pool, s->first);
 }
 
-static gm_block *buddy_take(gm_pool *pool, gm_arena *a, size_t granted)
+/* Remove free block b (filed) and return its front `granted` bytes: a remainder first gives up
+ * its largest root; the block is then halved, each upper half filed. NULL if host memory is
+ * exhausted (b filed again). */
+static gm_block *carve(gm_pool *pool, buddy *d, gm_block *b, size_t granted)
 {
-    buddy *d = a->state;
-    uint64_t fit = d->nonempty & (~0ull << floor_log2(granted));
-    gm_block *b = fit ? d->heads[__builtin_ctzll(fit)] : NULL;
-    if (!b) /* cut a root off the front of a remainder where the request fits */
-        for (b = d->rests; b && pow2_floor(b->size) < granted; b = b->free_next)
-            ;
-    if (!b)
-        return NULL;
     list_remove(d, b);
     if (!is_pow2(b->size)) {
         gm_block *rest = block_split_locked(pool, b, pow2_floor(b->size));
@@ -190,6 +185,25 @@ static gm_block *buddy_take(gm_pool *pool, gm_arena *a, size_t granted)
         list_push(d, upper);
     }
     return b;
+}
+
+static gm_block *buddy_take(gm_pool *pool, gm_arena *a, size_t granted)
+{
+    buddy *d = a->state;
+    uint64_t fit = d->nonempty & (~0ull << floor_log2(granted));
+    gm_block *b = fit ? d->heads[__builtin_ctzll(fit)] : NULL;
+    if (!b) /* cut a root off the front of a remainder where the request fits */
+        for (b = d->rests; b && pow2_floor(b->size) < granted; b = b->free_next)
+            ;
+    return b ? carve(pool, d, b, granted) : NULL;
+}
+
+/* A block of `granted` bytes at fb's address: fb's offset is a multiple of its size (or, for a
+ * remainder, of its largest root), so its front is aligned for any smaller power of two. NULL
+ * when fb (its first root, for a remainder) is smaller than the request. */
+static gm_block *buddy_take_at(gm_pool *pool, gm_arena *a, gm_block *fb, size_t granted)
+{
+    return pow2_floor(fb->size) >= granted ? carve(pool, a->state, fb, granted) : NULL;
 }
 
 static void buddy_give(gm_pool *pool, gm_arena *a, gm_block *b)
@@ -269,5 +283,6 @@ const strategy_ops buddy_strategy = {
     .remove_span = buddy_remove_span,
     .take = buddy_take,
     .give = buddy_give,
+    .take_at = buddy_take_at,
     .check = buddy_check_arena,
 };

@@ -110,19 +110,13 @@ static void fixed_remove_span(gm_pool *pool, gm_arena *a, gm_span *s)
         block_merge_next_locked(pool, s->first);
 }
 
-static gm_block *fixed_take(gm_pool *pool, gm_arena *a, size_t granted)
+/* Remove free block b (filed, a block or an uncarved end) and return one block at its address:
+ * b itself, or the front carved off an uncarved end. NULL if host memory is exhausted. */
+static gm_block *carve(gm_pool *pool, fixed *f, gm_block *b)
 {
-    fixed *f = a->state;
-    (void)granted;
-    gm_block *b = f->heads[LIST_FREE];
-    if (b) {
-        list_remove(f, b);
-        return b;
-    }
-    b = f->heads[LIST_UNCARVED];
-    if (!b)
-        return NULL;
     list_remove(f, b);
+    if (b->size == f->block)
+        return b;
     gm_block *rest = block_split_locked(pool, b, f->block);
     if (!rest) {
         list_push(f, b);
@@ -130,6 +124,23 @@ static gm_block *fixed_take(gm_pool *pool, gm_arena *a, size_t granted)
     }
     list_push(f, rest);
     return b;
+}
+
+static gm_block *fixed_take(gm_pool *pool, gm_arena *a, size_t granted)
+{
+    fixed *f = a->state;
+    (void)granted;
+    gm_block *b = f->heads[LIST_FREE] ? f->heads[LIST_FREE] : f->heads[LIST_UNCARVED];
+    return b ? carve(pool, f, b) : NULL;
+}
+
+/* Compaction: a block at fb's address (fb a free block or an uncarved end; not slack). Blocks
+ * never merge here, so moves pay only by emptying spans, which the pool may then release. */
+static gm_block *fixed_take_at(gm_pool *pool, gm_arena *a, gm_block *fb, size_t granted)
+{
+    fixed *f = a->state;
+    (void)granted;
+    return fb->size >= f->block ? carve(pool, f, fb) : NULL;
 }
 
 static void fixed_give(gm_pool *pool, gm_arena *a, gm_block *b)
@@ -188,5 +199,6 @@ const strategy_ops fixed_strategy = {
     .remove_span = fixed_remove_span,
     .take = fixed_take,
     .give = fixed_give,
+    .take_at = fixed_take_at,
     .check = fixed_check_arena,
 };

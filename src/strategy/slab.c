@@ -318,17 +318,14 @@ static void slab_dissolve(gm_pool *pool, slab_state *st, slab *sl, gm_block *any
     space_give(pool, st, first);
 }
 
-/* A new slab of class c from space, its whole range the tail; NULL if nothing fits. */
-static slab *slab_new(gm_pool *pool, slab_state *st, unsigned c, size_t size)
+/* A new slab of class c at the front of space block b (at least one object fits), its whole
+ * range the tail: a whole slab if b holds one, else as many objects as fit. NULL if host memory
+ * is exhausted (b stays filed). */
+static slab *slab_new_in(gm_pool *pool, slab_state *st, unsigned c, size_t size, gm_block *b)
 {
     size_t bytes = size * slab_objects(size);
-    gm_block *b = space_find(st, bytes);
-    if (!b) { /* no room for a whole slab: as many objects as the largest fit allows */
-        b = space_find(st, size);
-        if (!b)
-            return NULL;
+    if (b->size < bytes)
         bytes = b->size / size * size;
-    }
     slab *sl = calloc(1, sizeof *sl);
     if (!sl)
         return NULL;
@@ -351,6 +348,15 @@ static slab *slab_new(gm_pool *pool, slab_state *st, unsigned c, size_t size)
     slab_link(&st->classes[c], sl);
     st->classes[c].current = sl;
     return sl;
+}
+
+/* A new slab of class c from space; NULL if nothing fits. */
+static slab *slab_new(gm_pool *pool, slab_state *st, unsigned c, size_t size)
+{
+    gm_block *b = space_find(st, size * slab_objects(size));
+    if (!b) /* no room for a whole slab: as many objects as the largest fit allows */
+        b = space_find(st, size);
+    return b ? slab_new_in(pool, st, c, size, b) : NULL;
 }
 
 /* Cut the next object off sl's tail; NULL if host memory ran out. */
@@ -438,6 +444,20 @@ static void slab_remove_span(gm_pool *pool, gm_arena *a, gm_span *s)
         block_merge_next_locked(pool, s->first);
 }
 
+/* Cut an object off slab sl (its class's current slab), counting it in use; a slab made for
+ * this object (`fresh`) is dissolved again if host memory runs out. */
+static gm_block *object_from(gm_pool *pool, slab_state *st, slab *sl, size_t granted, bool fresh)
+{
+    gm_block *b = slab_carve(pool, st, sl, granted);
+    if (!b) {
+        if (fresh)
+            slab_dissolve(pool, st, sl, sl->tail);
+        return NULL;
+    }
+    sl->in_use++;
+    return b;
+}
+
 static gm_block *slab_take(gm_pool *pool, gm_arena *a, size_t granted)
 {
     slab_state *st = a->state;
@@ -453,14 +473,31 @@ static gm_block *slab_take(gm_pool *pool, gm_arena *a, size_t granted)
     bool fresh = !sl;
     if (fresh && !(sl = slab_new(pool, st, c, granted)))
         return NULL;
-    b = slab_carve(pool, st, sl, granted);
-    if (!b) {
-        if (fresh)
-            slab_dissolve(pool, st, sl, sl->tail);
-        return NULL;
+    return object_from(pool, st, sl, granted, fresh);
+}
+
+/* Compaction: an object of `granted`'s class at fb's address. fb may be a free object of that
+ * class, the tail of the class's current slab, or space when the class has no current slab
+ * (a new slab starts there: only the current slab may have a tail). Anything else (an object
+ * or tail of another class, space while the class is carving elsewhere) gets NULL, unchanged. */
+static gm_block *slab_take_at(gm_pool *pool, gm_arena *a, gm_block *fb, size_t granted)
+{
+    slab_state *st = a->state;
+    unsigned c = class_of(st, granted);
+    slab_class *cl = &st->classes[c];
+    slab *sl = map_get(&st->map, fb->addr);
+    if (!sl) {
+        if (cl->current || fb->size < granted || !(sl = slab_new_in(pool, st, c, granted, fb)))
+            return NULL;
+        return object_from(pool, st, sl, granted, true);
     }
+    if (sl->cls != c)
+        return NULL;
+    if (fb == sl->tail)
+        return object_from(pool, st, sl, granted, false);
+    object_remove(cl, fb);
     sl->in_use++;
-    return b;
+    return fb;
 }
 
 static void slab_give(gm_pool *pool, gm_arena *a, gm_block *b)
@@ -597,5 +634,6 @@ const strategy_ops slab_strategy = {
     .remove_span = slab_remove_span,
     .take = slab_take,
     .give = slab_give,
+    .take_at = slab_take_at,
     .check = slab_check_arena,
 };

@@ -18,9 +18,13 @@
  *                    splitting as the strategy does; NULL if none fits (the pool then grows)
  *   give             a block just freed (flags BLOCK_FREE) returns: merge and file it
  *   take_at          (optional; NULL = the strategy cannot place at a chosen address) remove
- *                    the filed free block `fb` and return a block of exactly `granted` bytes at
- *                    fb's address, filing the rest; NULL if host memory is exhausted.
- *                    Compaction (defrag.c) moves blocks only in arenas that have it
+ *                    the filed free block `fb` (fb->size >= granted) and return a block of
+ *                    exactly `granted` bytes at fb's address, filing the rest; NULL, with
+ *                    nothing changed, if the strategy cannot place such a block there (buddy:
+ *                    fb's first root is smaller; slab: fb belongs to another class, or is space
+ *                    while the class carves another slab; fixed: fb is slack) or host memory is
+ *                    exhausted. Compaction (defrag.c) tries the free blocks below a movable
+ *                    block in address order; every strategy has it
  *   check            validate the free structures; count the free blocks filed
  */
 #ifndef GM_STRATEGY_H

@@ -8,6 +8,7 @@
 #include "cli.h"
 
 #include <ctype.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 typedef enum setting_type {
     SET_SIZE,     /* size_t bytes */
     SET_UNSIGNED, /* unsigned */
+    SET_U64,      /* uint64_t */
     SET_FRACTION, /* double in [0, 1] */
     SET_RATIO,    /* double > 0 */
     SET_BOOL,     /* int, 0 or 1 */
@@ -114,6 +116,10 @@ static const setting settings[] = {
      "strategy fixed: refuse requests > fixed_block instead of using tlsf"},
     {"defrag_threshold", SET_FRACTION, POOL(defrag_threshold), "0.3",
      "gm_defrag_maybe (replay --defrag on) compacts only above this fragmentation rate"},
+    {"defrag_step_ns", SET_U64, POOL(defrag_step_ns), "150000",
+     "time budget of one defragmentation step: estimated ns of copies it may queue"},
+    {"defrag_copy_bandwidth", SET_RATIO, POOL(defrag_copy_bandwidth), "0 (H200 cost model)",
+     "bytes per second the step's time estimate assumes (e.g. 2.5e12)"},
     {"sim.capacity", SET_SIZE, SIM(capacity), "141GiB", "simulated device memory"},
     {"sim.granularity", SET_SIZE, SIM(vmm_granularity), "2MiB",
      "simulated VMM page size (a power of two)"},
@@ -218,6 +224,15 @@ static int set_value(cli_settings *s, const setting *d, const char *v, char *wan
         if (!isdigit((unsigned char)*v) || *end || x > UINT32_MAX)
             return -1;
         *(unsigned *)f = (unsigned)x;
+        return 0;
+    }
+    case SET_U64: {
+        char *end;
+        unsigned long long x = strtoull(v, &end, 10);
+        snprintf(want, n, "a whole number");
+        if (!isdigit((unsigned char)*v) || *end)
+            return -1;
+        *(uint64_t *)f = (uint64_t)x;
         return 0;
     }
     case SET_FRACTION: {
@@ -348,6 +363,9 @@ static void value_of(size_t i, const cli_settings *s, char *buf, size_t n, int j
         break;
     case SET_UNSIGNED:
         snprintf(buf, n, "%u", *(const unsigned *)f);
+        break;
+    case SET_U64:
+        snprintf(buf, n, "%" PRIu64, *(const uint64_t *)f);
         break;
     case SET_FRACTION:
     case SET_RATIO:
