@@ -76,25 +76,45 @@ def setup_torch(args):
     return torch, gmt, handle
 
 
+def gpt2_setup(torch, dev, wrap=None):
+    """gpt2_train's model (wrapped by `wrap`, e.g. DistributedDataParallel), its optimizer and
+    the generator of batch shapes (ddp_train_check.py trains the same)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    m = GPT2LMHeadModel(GPT2Config()).to(dev)
+    if wrap is not None:
+        m = wrap(m)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    return m, opt, torch.Generator().manual_seed(1)
+
+
+def gpt2_shape(torch, g):
+    """The next (batch, sequence length) of gpt2_train's schedule."""
+    bs = int(torch.randint(2, 17, (1,), generator=g))
+    sl = int(torch.randint(64, 1025, (1,), generator=g))
+    return bs, sl
+
+
+def gpt2_step(torch, m, opt, bs, sl, dev):
+    """One training step of gpt2_train on random tokens; returns the loss tensor."""
+    x = torch.randint(0, 50257, (bs, sl), device=dev)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = m(input_ids=x, labels=x).loss
+    loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+    return loss
+
+
 def worker_train(args):
     torch, gmt, handle = setup_torch(args)
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     dev = "cuda"
     # gpt2_train, step for step; only the timing and the loss readout are added.
-    m = GPT2LMHeadModel(GPT2Config()).to(dev)
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-    g = torch.Generator().manual_seed(1)
+    m, opt, g = gpt2_setup(torch, dev)
     steps = []
     torch.cuda.synchronize()
     for s in range(args.steps):
-        bs = int(torch.randint(2, 17, (1,), generator=g))
-        sl = int(torch.randint(64, 1025, (1,), generator=g))
+        bs, sl = gpt2_shape(torch, g)
         t0 = time.perf_counter()
-        x = torch.randint(0, 50257, (bs, sl), device=dev)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = m(input_ids=x, labels=x).loss
-        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        loss = gpt2_step(torch, m, opt, bs, sl, dev)
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         steps.append({"step": s, "bs": bs, "sl": sl, "loss": float(loss.detach().float().item()),
