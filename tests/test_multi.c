@@ -7,6 +7,7 @@
 #include "backend.h" /* a device copy through the backend's method table */
 #include "check.h"
 
+#include <pthread.h>
 #include <string.h>
 
 static const size_t MiB = (size_t)1 << 20;
@@ -178,11 +179,67 @@ static void test_peer_access(gm_segments segments)
         gm_backend_destroy(dev[d]);
 }
 
+/* Threads, one per device of one system, allocate and free on their own pools while checking
+ * access to their neighbour's memory: the devices share one lock (tsan runs this). */
+enum { THREAD_DEVICES = 4, THREAD_ROUNDS = 300 };
+typedef struct device_worker {
+    gm_backend *dev, *neighbour;
+    gm_pool *pool;
+    void *shared; /* a block of the neighbour's pool, peer-accessible to dev */
+    int failures;
+} device_worker;
+
+static void *device_work(void *arg)
+{
+    device_worker *w = arg;
+    for (int i = 0; i < THREAD_ROUNDS; i++) {
+        void *p = NULL;
+        if (gm_alloc(w->pool, 4096 + (size_t)i * 512, NULL, &p) != GM_OK ||
+            gm_sim_access_check(w->dev, w->shared, 4096) != GM_OK ||
+            gm_sim_access_check(w->neighbour, p, 1) == GM_OK || gm_free(w->pool, p, NULL) != GM_OK)
+            w->failures++;
+    }
+    return NULL;
+}
+
+static void test_threads_on_devices(void)
+{
+    gm_sim_config cfg = small_config(0);
+    gm_backend *dev[THREAD_DEVICES];
+    REQUIRE_OK(gm_sim_devices_create(&cfg, THREAD_DEVICES, dev));
+    device_worker w[THREAD_DEVICES];
+    for (int d = 0; d < THREAD_DEVICES; d++) {
+        w[d] = (device_worker){.dev = dev[d], .neighbour = dev[(d + 1) % THREAD_DEVICES]};
+        REQUIRE_OK(gm_pool_create(dev[d], NULL, &w[d].pool));
+    }
+    for (int d = 0; d < THREAD_DEVICES; d++) { /* d's block, shared with device d - 1 */
+        REQUIRE_OK(gm_alloc(w[d].pool, 8192, NULL, &w[(d + THREAD_DEVICES - 1) % THREAD_DEVICES]
+                                                           .shared));
+        REQUIRE_OK(gm_pool_enable_peer_access(w[d].pool, dev[(d + THREAD_DEVICES - 1) %
+                                                             THREAD_DEVICES]));
+    }
+    pthread_t th[THREAD_DEVICES];
+    for (int d = 0; d < THREAD_DEVICES; d++)
+        REQUIRE(pthread_create(&th[d], NULL, device_work, &w[d]) == 0);
+    for (int d = 0; d < THREAD_DEVICES; d++)
+        pthread_join(th[d], NULL);
+    for (int d = 0; d < THREAD_DEVICES; d++) {
+        CHECK_EQ_U(w[d].failures, 0);
+        CHECK_OK(gm_pool_check(w[d].pool));
+        CHECK_OK(gm_free(w[(d + 1) % THREAD_DEVICES].pool, w[d].shared, NULL));
+    }
+    for (int d = 0; d < THREAD_DEVICES; d++) {
+        CHECK_OK(gm_pool_destroy(w[d].pool));
+        gm_backend_destroy(dev[d]);
+    }
+}
+
 int main(void)
 {
     test_create_arguments();
     test_devices_are_separate();
     test_peer_access(GM_SEGMENTS_PLAIN);
     test_peer_access(GM_SEGMENTS_VMM);
+    test_threads_on_devices();
     return check_summary();
 }
