@@ -87,6 +87,22 @@ static inline void oracle_open(void)
     }
 }
 
+/* Open the oracle and device 0 through the backend; NULL (the oracle closed, the reason printed
+ * as "skipped: ...") when there is no device to test on. */
+static inline gm_backend *oracle_device_or_skip(void)
+{
+    oracle_open();
+    gm_backend *be = NULL;
+    if (cu.count >= 1 && gm_cuda_backend_create(0, &be) == GM_OK)
+        return be;
+    printf("skipped: %s\n", !cu.driver ? "no CUDA driver (libcuda.so.1)"
+                             : cu.count < 1 ? "the driver sees no device"
+                                            : gm_backend_last_error());
+    if (cu.ctx)
+        cu.cuDevicePrimaryCtxRelease(0);
+    return NULL;
+}
+
 static inline void oracle_close(void)
 {
     if (cu.ctx)

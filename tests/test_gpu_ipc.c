@@ -172,15 +172,9 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--child") == 0)
         return child_main(argc, argv);
-    oracle_open();
-    gm_backend *be = NULL;
-    if (cu.count < 1 || gm_cuda_backend_create(0, &be) != GM_OK) {
-        printf("skipped: %s\n", !cu.driver ? "no CUDA driver (libcuda.so.1)"
-                                 : cu.count < 1 ? "the driver sees no device"
-                                                : gm_backend_last_error());
-        oracle_close();
+    gm_backend *be = oracle_device_or_skip();
+    if (!be)
         return EXIT_SKIP;
-    }
     /* The child takes the VMM pages' file descriptors from this process with pidfd_getfd,
      * which needs ptrace access to it: under Yama (ptrace_scope 1) a child has none over its
      * parent unless the parent says so (docs/multi-gpu.md). */

@@ -195,15 +195,9 @@ static void out_of_memory(gm_backend *be)
 
 int main(void)
 {
-    oracle_open();
-    gm_backend *be = NULL;
-    if (cu.count < 1 || gm_cuda_backend_create(0, &be) != GM_OK) {
-        printf("skipped: %s\n", !cu.driver ? "no CUDA driver (libcuda.so.1)"
-                                 : cu.count < 1 ? "the driver sees no device"
-                                                : gm_backend_last_error());
-        oracle_close();
+    gm_backend *be = oracle_device_or_skip();
+    if (!be)
         return EXIT_SKIP;
-    }
     conformance(be);
     random_run(be, GM_SEGMENTS_PLAIN, check_seed(7));
     random_run(be, GM_SEGMENTS_VMM, 8);

@@ -27,6 +27,18 @@ static unsigned char pattern_byte(size_t i, unsigned seed)
     return (unsigned char)((i * 131u + seed * 7u + (i >> 12)) & 0xffu);
 }
 
+/* A host-backed simulated device and a pool on it. */
+static gm_pool *shared_pool(gm_backend **dev, gm_segments segments)
+{
+    gm_sim_config cfg = host_backed_config();
+    REQUIRE_OK(gm_sim_backend_create(&cfg, dev));
+    gm_config pc = {0};
+    pc.segments = segments;
+    gm_pool *pool = NULL;
+    REQUIRE_OK(gm_pool_create(*dev, &pc, &pool));
+    return pool;
+}
+
 static void *host_of(gm_backend *dev, void *p)
 {
     void *h = NULL;
@@ -122,13 +134,8 @@ static int open_in_child(const gm_ipc_handle *h, int devices, int device, size_t
 static void test_round_trip(gm_segments segments, size_t size)
 {
     printf("round trip: %s segments, %zu bytes\n", gm_segments_str(segments), size);
-    gm_sim_config cfg = host_backed_config();
     gm_backend *dev = NULL;
-    REQUIRE_OK(gm_sim_backend_create(&cfg, &dev));
-    gm_config pc = {0};
-    pc.segments = segments;
-    gm_pool *pool = NULL;
-    REQUIRE_OK(gm_pool_create(dev, &pc, &pool));
+    gm_pool *pool = shared_pool(&dev, segments);
 
     void *neighbour = NULL, *p = NULL;
     REQUIRE_OK(gm_alloc(pool, 4096, NULL, &neighbour));
@@ -192,11 +199,8 @@ static void test_round_trip(gm_segments segments, size_t size)
 /* Two exports of one block: the block is freed at the second release only. */
 static void test_two_exports(void)
 {
-    gm_sim_config cfg = host_backed_config();
     gm_backend *dev = NULL;
-    REQUIRE_OK(gm_sim_backend_create(&cfg, &dev));
-    gm_pool *pool = NULL;
-    REQUIRE_OK(gm_pool_create(dev, NULL, &pool));
+    gm_pool *pool = shared_pool(&dev, GM_SEGMENTS_DEFAULT);
     void *p = NULL;
     REQUIRE_OK(gm_alloc(pool, 64 * 1024, NULL, &p));
     gm_ipc_handle a, b;
@@ -256,11 +260,8 @@ static void test_devices(void)
 /* Bad input gets a clear status and leaves the pool valid. */
 static void test_bad_input(void)
 {
-    gm_sim_config cfg = host_backed_config();
     gm_backend *dev = NULL;
-    REQUIRE_OK(gm_sim_backend_create(&cfg, &dev));
-    gm_pool *pool = NULL;
-    REQUIRE_OK(gm_pool_create(dev, NULL, &pool));
+    gm_pool *pool = shared_pool(&dev, GM_SEGMENTS_DEFAULT);
     void *p = NULL;
     REQUIRE_OK(gm_alloc(pool, 4096, NULL, &p));
     gm_ipc_handle h, bad;

@@ -25,7 +25,6 @@ Prints each rank's losses side by side and one JSON summary line: per configurat
 the peak reserved bytes (PyTorch's max_memory_reserved, and gpumem's own peak for gpumem).
 Exit status 0 when every rank's losses are bit-identical between default and gpumem.
 """
-import argparse
 import json
 import os
 import subprocess
@@ -112,7 +111,7 @@ def run_config(args, name, allocator, pkg):
     os.close(fd)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "ddp", "--allocator",
            allocator, "--out", path, "--pkg", pkg, "--steps", str(args.steps), "--sdpa",
-           args.sdpa, "--conf", args.conf]
+           args.sdpa] + (["--conf", args.conf] if args.conf else [])
     env = dict(os.environ)
     env.update({"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONHASHSEED": "0",
                 "NCCL_NVLS_ENABLE": "0"})
@@ -180,20 +179,7 @@ def main_orchestrate(args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", help="build directory (default: bgpu, then build)")
-    ap.add_argument("--steps", type=int, default=16)
-    ap.add_argument("--conf", default="", help="GPUMEM_CONF for the gpumem ranks")
-    ap.add_argument("--sdpa", default="math", choices=["math", "default"],
-                    help="attention kernels (math: deterministic backward)")
-    ap.add_argument("--no-control", action="store_true", help="skip the determinism control run")
-    ap.add_argument("--timeout", type=int, default=600, help="seconds per configuration")
-    ap.add_argument("--worker", choices=["ddp"], help=argparse.SUPPRESS)
-    ap.add_argument("--allocator", choices=["default", "gpumem"], help=argparse.SUPPRESS)
-    ap.add_argument("--mode", default="pool", help=argparse.SUPPRESS)
-    ap.add_argument("--out", help=argparse.SUPPRESS)
-    ap.add_argument("--pkg", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = single.parse_args(__doc__, ["ddp"], 600)
     if args.worker:
         worker_ddp(args)
         return 0

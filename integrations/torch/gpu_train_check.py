@@ -361,20 +361,22 @@ def main_orchestrate(args):
     return 0 if ok else 1
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(doc, workers, timeout, more=None):
+    """The options of this script and ddp_train_check.py: the orchestrator's, the hidden worker
+    ones, and `more(ap)`'s own."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--build", help="build directory (default: bgpu, then build)")
     ap.add_argument("--steps", type=int, default=16)
-    ap.add_argument("--warmup", type=int, default=3, help="steps left out of the mean time")
-    ap.add_argument("--modes", default="pool", help="gpumem modes to train with: pool,replace")
     ap.add_argument("--conf", default="", help="GPUMEM_CONF for the gpumem training runs")
     ap.add_argument("--sdpa", default="math", choices=["math", "default"],
                     help="attention kernels: math (deterministic backward) or PyTorch's choice")
     ap.add_argument("--no-control", action="store_true",
                     help="skip the second run with PyTorch's allocator")
-    ap.add_argument("--timeout", type=int, default=300, help="seconds per worker")
+    ap.add_argument("--timeout", type=int, default=timeout, help="seconds per worker")
+    if more:
+        more(ap)
     # worker side
-    ap.add_argument("--worker", choices=["train", "oom"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=workers, help=argparse.SUPPRESS)
     ap.add_argument("--allocator", choices=["default", "gpumem"], help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="pool", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -382,6 +384,15 @@ def main():
     args = ap.parse_args()
     if args.conf == "":
         args.conf = None if args.worker else ""
+    return args
+
+
+def main():
+    def more(ap):
+        ap.add_argument("--warmup", type=int, default=3, help="steps left out of the mean time")
+        ap.add_argument("--modes", default="pool",
+                        help="gpumem modes to train with: pool,replace")
+    args = parse_args(__doc__, ["train", "oom"], 300, more)
     if args.worker:
         return worker_main(args)
     return main_orchestrate(args)

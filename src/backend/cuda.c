@@ -1215,16 +1215,24 @@ static gm_status check_ordinal(int device)
     return GM_OK;
 }
 
-gm_status gm_cuda_backend_create(int device, gm_backend **out)
+/* Load the driver once per process; its outcome (and message) for every later caller. */
+static gm_status driver_ready(void)
 {
-    if (!out)
-        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_cuda_backend_create: out is NULL");
     int rc = pthread_once(&loader.once, load_driver);
     if (rc != 0)
         return backend_set_error(GM_ERR_BACKEND, "cuda backend: pthread_once failed (%d)", rc);
     if (loader.status != GM_OK)
         return backend_set_error(loader.status, "%s", loader.message);
-    gm_status st = check_ordinal(device);
+    return GM_OK;
+}
+
+gm_status gm_cuda_backend_create(int device, gm_backend **out)
+{
+    if (!out)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_cuda_backend_create: out is NULL");
+    gm_status st = driver_ready();
+    if (st == GM_OK)
+        st = check_ordinal(device);
     if (st != GM_OK)
         return st;
 
@@ -1264,11 +1272,9 @@ gm_status gm_cuda_device_count(int *out)
 {
     if (!out)
         return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_cuda_device_count: out is NULL");
-    int rc = pthread_once(&loader.once, load_driver);
-    if (rc != 0)
-        return backend_set_error(GM_ERR_BACKEND, "cuda backend: pthread_once failed (%d)", rc);
-    if (loader.status != GM_OK)
-        return backend_set_error(loader.status, "%s", loader.message);
+    gm_status st = driver_ready();
+    if (st != GM_OK)
+        return st;
     int count = 0;
     CUresult r = drv.cuDeviceGetCount(&count);
     if (r == CUDA_ERROR_NO_DEVICE)
