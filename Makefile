@@ -37,7 +37,7 @@ sanitize: deps
 tsan: deps
 	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=Debug -DGM_SANITIZE=thread
 	cmake --build $(BUILD)-tsan -j $(JOBS)
-	cd $(BUILD)-tsan && ctest --output-on-failure -R 'test_threads|test_sim|test_cache|test_defrag'
+	cd $(BUILD)-tsan && ctest --output-on-failure -R 'test_threads|test_sim|test_cache|test_defrag|test_multi'
 
 bench: build
 	./bench/run_all.sh $(BUILD)

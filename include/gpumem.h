@@ -123,11 +123,25 @@ typedef struct gm_sim_config {
  * gm_backend_destroy after every pool on it is destroyed. */
 GM_API gm_status gm_sim_backend_create(const gm_sim_config *cfg, gm_backend **out);
 
+/* Create `count` simulated GPUs of one machine (docs/multi-gpu.md), each configured by cfg
+ * (NULL = defaults): out[d] is device d (gm_device_info.ordinal == d), a backend of its own with
+ * its own memory and addresses (no two devices share an address, as under CUDA's unified
+ * addressing). Every pair of devices has a peer path until gm_sim_set_peer cuts it.
+ * gm_sim_backend_create(cfg, out) is gm_sim_devices_create(cfg, 1, out).
+ * Fails: GM_ERR_INVALID_ARGUMENT (out NULL, count outside 1..64, config as above),
+ * GM_ERR_HOST_MEMORY; nothing is created then. The caller owns every out[d] and destroys each
+ * with gm_backend_destroy (in any order). */
+GM_API gm_status gm_sim_devices_create(const gm_sim_config *cfg, int count, gm_backend **out);
+
 /* Open CUDA device `device` through the driver API, loaded at run time with dlopen
  * ("libcuda.so.1"); retains the device's primary context, so it cooperates with the CUDA
  * runtime, PyTorch and CuPy. Fails: GM_ERR_NO_DEVICE with a clear message when there is no
  * driver or no such device (gm_backend_last_error tells which), GM_ERR_BACKEND. */
 GM_API gm_status gm_cuda_backend_create(int device, gm_backend **out);
+
+/* How many CUDA devices the driver sees (CUDA_VISIBLE_DEVICES applies). Fails as
+ * gm_cuda_backend_create does without a driver (GM_ERR_NO_DEVICE). */
+GM_API gm_status gm_cuda_device_count(int *out);
 
 /* Destroy a backend. Every pool built on it must have been destroyed. NULL is a no-op. */
 GM_API void gm_backend_destroy(gm_backend *backend);
@@ -180,6 +194,15 @@ GM_API gm_status gm_sim_stream_progress(gm_backend *backend, gm_stream stream, u
 GM_API gm_status gm_sim_host_ptr(gm_backend *backend, const void *dev, void **host);
 /* Advance the simulated device clock by `ns` (a fake clock for time-based policies). */
 GM_API gm_status gm_sim_advance_clock(gm_backend *backend, uint64_t ns);
+/* Give or cut the peer path that lets device `accessor` reach memory of device `owner` (two
+ * devices of one gm_sim_devices_create). Cutting it does not revoke access already granted
+ * but makes gm_sim_access_check fail. GM_ERR_INVALID_ARGUMENT: not two devices of one system. */
+GM_API gm_status gm_sim_set_peer(gm_backend *owner, gm_backend *accessor, int reachable);
+/* Whether simulated device `device` may access [dev, dev + size): its own memory, or memory of a
+ * device of its system that granted it access (gm_pool_enable_peer_access). GM_OK, or
+ * GM_ERR_INVALID_ARGUMENT with the reason in gm_backend_last_error (no peer path, access not
+ * granted, not device memory). Device-to-device copies on the sim check the same rule. */
+GM_API gm_status gm_sim_access_check(gm_backend *device, const void *dev, size_t size);
 
 /* ---------------------------------------------------------------------------------------------
  * Pool configuration
@@ -483,6 +506,67 @@ GM_API gm_status gm_defrag_maybe(gm_pool *pool, gm_stream stream, size_t max_byt
                                  gm_defrag_result *out);
 
 /* ---------------------------------------------------------------------------------------------
+ * Several devices and several processes (docs/multi-gpu.md)
+ *
+ * A pool is memory of one device: the device of its backend. A program with several GPUs
+ * makes one backend and one pool per device.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Let device `peer` access this pool's memory, now and later: plain segments through peer
+ * access (cuCtxEnablePeerAccess in the peer's context: it covers every segment of the pool's
+ * device), VMM pages through an access descriptor for `peer` on every mapped page
+ * (cuMemSetAccess), including pages mapped later. Idempotent. Access lasts until the pool is
+ * destroyed.
+ * Fails, leaving the pool as it was: GM_ERR_INVALID_ARGUMENT (NULL, `peer` is the pool's own
+ * device, or a backend of another kind), GM_ERR_UNSUPPORTED (no peer path between the devices:
+ * cuDeviceCanAccessPeer says no / gm_sim_set_peer cut it), GM_ERR_BACKEND.
+ * O(mapped pages). Thread-safe. */
+GM_API gm_status gm_pool_enable_peer_access(gm_pool *pool, gm_backend *peer);
+
+/* An export of a block to another process: opaque bytes to send by any means (a pipe, a file,
+ * a socket). It names the exporting process, device and segment, and the block's offset. */
+#define GM_IPC_HANDLE_BYTES 256
+typedef struct gm_ipc_handle {
+    unsigned char bytes[GM_IPC_HANDLE_BYTES];
+} gm_ipc_handle;
+
+/* Export the live block `ptr` (from gm_alloc) so that another process can open it. A plain
+ * segment is shared whole through cuIpcGetMemHandle (the importer gets the block's address in
+ * it); VMM pages covering the block through POSIX file-descriptor shareable handles. Each call
+ * makes a new export, released by gm_ipc_release.
+ * The contract: until every export of a block is released, the block is never reused, moved or
+ * given back to the device. gm_free of an exported block succeeds but is deferred -- the block
+ * stays live ("held", gm_stats.export_held_blocks) and is freed, on the gm_free's stream, by
+ * the gm_ipc_release of its last export (PyTorch's rule for tensors shared with another
+ * process). The exporter must release only after every importer has closed (gm_ipc_close) --
+ * importers tell it by a channel of the program's own, as the handle travelled.
+ * Fails: GM_ERR_INVALID_ARGUMENT (NULL; a movable block: its address may change), the
+ * gm_free diagnoses for a pointer that is not live (GM_ERR_DOUBLE_FREE, GM_ERR_UNKNOWN_POINTER;
+ * a held block counts as freed), GM_ERR_UNSUPPORTED (the device cannot share: a sim without
+ * host_backed, VMM without shareable handles), GM_ERR_BACKEND, GM_ERR_HOST_MEMORY.
+ * O(exports + pages of the block). Thread-safe. */
+GM_API gm_status gm_ipc_export(gm_pool *pool, void *ptr, gm_ipc_handle *out);
+
+/* Release one export made by gm_ipc_export on this pool (the exporter's side of "closed").
+ * When it was the block's last export and the program freed the block meanwhile, the block is
+ * freed now. Fails: GM_ERR_INVALID_ARGUMENT (NULL, garbage bytes, a handle of another pool or
+ * process, released twice). O(exports). Thread-safe. */
+GM_API gm_status gm_ipc_release(gm_pool *pool, const gm_ipc_handle *handle);
+
+/* In another process: open an exported block on `backend` (a device of the kind that
+ * exported it) and return its address in *out, valid until gm_ipc_close. The memory is
+ * the exporter's: it is in no pool of this process.
+ * Fails, with the reason in gm_backend_last_error: GM_ERR_INVALID_ARGUMENT (NULL; bytes that
+ * are not a gpumem handle; a handle of another backend kind or device; a handle this process
+ * exported itself -- CUDA cannot open those; a stale handle: released, or the exporter exited),
+ * GM_ERR_UNSUPPORTED, GM_ERR_BACKEND, GM_ERR_OUT_OF_MEMORY. Thread-safe. */
+GM_API gm_status gm_ipc_open(gm_backend *backend, const gm_ipc_handle *handle, void **out);
+
+/* Unmap a block opened by gm_ipc_open (`ptr` exactly as it returned it). Fails:
+ * GM_ERR_INVALID_ARGUMENT (NULL, or not an open import: closed twice?). Thread-safe. */
+GM_API gm_status gm_ipc_close(gm_backend *backend, void *ptr);
+
+/* ---------------------------------------------------------------------------------------------
  * Statistics and inspection
  * ------------------------------------------------------------------------------------------- */
 
@@ -531,6 +615,14 @@ typedef struct gm_stats {
     uint64_t vmm_stitches;       /* VMM: requests that found no free run of virtual addresses
                                     and were served from a new range by mapping free physical
                                     pages there (stitching, no copy; docs/defrag.md) */
+
+    /* Sharing with other devices and processes (docs/multi-gpu.md). */
+    int device;                  /* ordinal of the pool's device */
+    uint64_t peer_devices;       /* bit d: device d may access this pool's memory */
+    size_t peer_shared_bytes;    /* reserved bytes those devices can access (all of it) */
+    size_t exported_blocks;      /* live blocks with an IPC export outstanding */
+    size_t exported_bytes;       /* their requested bytes */
+    size_t export_held_blocks;   /* of those, freed by the program: held until released */
 } gm_stats;
 
 /* Fill *out. Fragmentation fields walk every free block: O(blocks). Thread-safe. */

@@ -44,6 +44,8 @@ enum {
 #define BLOCK_CACHED 4u      /* freed, kept in the cache for reuse */
 #define BLOCK_TO_STRATEGY 8u /* pending on its way back to the strategy (evicted) */
 #define BLOCK_THREAD 16u     /* freed, in a thread's lock-free cache (tcache.c) */
+#define BLOCK_EXPORTED 32u   /* live, with an IPC export outstanding (share.c): never reused */
+#define BLOCK_HELD 64u       /* exported and freed by the program: freed at the last release */
 
 typedef struct gm_span gm_span;
 typedef struct gm_arena gm_arena;
@@ -191,6 +193,8 @@ typedef struct live_shard {
 } live_shard;
 
 typedef struct gm_tcache gm_tcache;
+typedef struct ipc_export ipc_export;
+enum { GM_MAX_PEERS = 64 };
 
 /* A movable block's handle (defrag.c): the public gm_handle * is a cookie that encodes the
  * pool's tag, the slot index and the slot's generation; it is never dereferenced. */
@@ -272,6 +276,13 @@ struct gm_pool {
     uint64_t oom_ladder[5];
     uint64_t call_t0; /* device clock at the start of the device call in progress */
 
+    /* Sharing (share.c), under lock: devices given access, IPC exports. */
+    gm_backend *peers[GM_MAX_PEERS];
+    unsigned peer_count;
+    ipc_export *exports;
+    size_t export_count, export_cap;
+    uint64_t export_serial;
+
     gm_error_fn error_fn;
     void *error_user;
     char error_text[1024];
@@ -308,6 +319,20 @@ void pool_evict_caches_locked(gm_pool *pool);
 void block_release_locked(gm_pool *pool, gm_block *b);
 /* Undo a take whose pages were not acquired: the block is free and filed again. */
 void block_untake_locked(gm_pool *pool, gm_block *b);
+
+/* Explain why `addr` is not a live block of this pool (double free, interior, foreign). */
+gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn);
+
+/* --- share.c: peer access and IPC exports (docs/multi-gpu.md) --- */
+/* Give every peer access to the VMM pages just mapped at [addr, addr + size). */
+gm_status peer_grant_locked(gm_pool *pool, uintptr_t addr, size_t size);
+/* gm_free of a block flagged BLOCK_EXPORTED or BLOCK_HELD: defer it (or report a double free). */
+gm_status share_free_exported_locked(gm_pool *pool, gm_block *b, gm_stream stream);
+void share_fini(gm_pool *pool); /* at destroy: unexport everything */
+void share_stats_locked(const gm_pool *pool, gm_stats *out);
+size_t share_block_exports_locked(const gm_pool *pool, const gm_block *b);
+/* The records agree with the blocks: `exported_in_spans` live blocks flagged exported. */
+gm_status share_check_locked(gm_pool *pool, size_t exported_in_spans);
 
 /* --- defrag.c --- */
 void defrag_init(gm_pool *pool);    /* install the ladder hook */

@@ -938,6 +938,7 @@ static void pool_teardown(gm_pool *pool)
     gm_backend *be = pool->backend;
     tcache_detach_all(pool);
     pthread_mutex_lock(&pool->lock);
+    share_fini(pool); /* exports end with the pool: their memory goes back below */
     pool->cache.enabled = false; /* retired blocks go straight back from here on */
     drain_locked(pool);
     while (pool->pending) { /* the program freed them: wait for their streams, then release */
@@ -1176,8 +1177,7 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
     return GM_OK;
 }
 
-/* Explain why `addr` is not a live block of this pool. */
-static gm_status diagnose_bad_free_locked(gm_pool *pool, uintptr_t addr, const char *fn)
+gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn)
 {
     for (size_t h = 0; h < pool->heap_count; h++)
         for (int k = 0; k < ARENA_COUNT; k++)
@@ -1219,7 +1219,9 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
     gm_block *b = bmap_lookup(&sh->map, addr);
     spin_unlock(&sh->lock);
     if (!b)
-        return pool_unlock(pool, diagnose_bad_free_locked(pool, addr, "gm_free"));
+        return pool_unlock(pool, pool_diagnose_pointer_locked(pool, addr, "gm_free"));
+    if (b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) /* deferred until its exports are released */
+        return pool_unlock(pool, share_free_exported_locked(pool, b, stream));
     if (b->handle)
         return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
                                                   "gm_free: %p is a movable block: free it with "
@@ -1264,8 +1266,8 @@ gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream)
     }
     spin_unlock(&sh->lock);
     if (!b)
-        return pool_unlock(pool, diagnose_bad_free_locked(pool, (uintptr_t)ptr,
-                                                          "gm_record_stream"));
+        return pool_unlock(pool, pool_diagnose_pointer_locked(pool, (uintptr_t)ptr,
+                                                              "gm_record_stream"));
     if (st != GM_OK)
         return pool_unlock(pool, pool_fail_locked(pool, st,
                                                   "gm_record_stream: host memory exhausted"));

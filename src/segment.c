@@ -386,6 +386,9 @@ static gm_status page_map(gm_pool *pool, gm_arena *a, size_t p)
     if (st != GM_OK)
         return st;
     st = DEVICE_CALL(pool, GM_CALL_MAP, be->ops->map(be, page_addr(a, p, gran), gran, phys));
+    if (st == GM_OK && pool->peer_count && /* peers see new pages too (share.c) */
+        (st = peer_grant_locked(pool, page_addr(a, p, gran), gran)) != GM_OK)
+        (void)DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, page_addr(a, p, gran), gran));
     if (st != GM_OK) {
         phys_release(pool, phys);
         return st;

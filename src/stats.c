@@ -119,6 +119,7 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
     out->defrag_blocks_moved = pool->defrag_blocks;
     out->defrag_bytes_moved = pool->defrag_bytes;
     out->vmm_stitches = pool->vmm_stitches;
+    share_stats_locked(pool, out);
 }
 
 gm_status gm_pool_stats(gm_pool *pool, gm_stats *out)
@@ -179,19 +180,38 @@ static size_t span_mapped_bytes(const gm_span *s)
     return vmm_range_of(s->arena, s->base)->mapped << s->arena->page_shift;
 }
 
-static void snapshot_span(json_out *j, const gm_span *s, bool first_span)
+/* `peers`: the JSON list of devices that may access the span ("[1,3]"). */
+static void snapshot_span(const gm_pool *pool, json_out *j, const gm_span *s, bool first_span,
+                          const char *peers)
 {
     const gm_arena *a = s->arena;
     json_put(j, "%s\n{\"address\":\"0x%" PRIxPTR "\",\"size\":%zu,\"mapped_bytes\":%zu,"
-                "\"kind\":\"%s\",\"segments\":\"%s\",\"stream\":\"%p\",\"blocks\":[",
+                "\"kind\":\"%s\",\"segments\":\"%s\",\"stream\":\"%p\",\"peers\":%s,"
+                "\"blocks\":[",
              first_span ? "" : ",", s->base, s->size, span_mapped_bytes(s),
              a->kind == ARENA_SMALL ? "small" : "large", s->vmm ? "vmm" : "plain",
-             (void *)a->heap->stream);
-    for (const gm_block *b = s->first; b; b = b->phys_next)
+             (void *)a->heap->stream, peers);
+    for (const gm_block *b = s->first; b; b = b->phys_next) {
+        size_t exports = share_block_exports_locked(pool, b);
         json_put(j, "%s{\"address\":\"0x%" PRIxPTR "\",\"size\":%zu,\"requested\":%zu,"
-                    "\"state\":\"%s\"}",
+                    "\"state\":\"%s\"",
                  b == s->first ? "" : ",", b->addr, b->size, b->requested, block_state(b));
+        if (exports)
+            json_put(j, ",\"ipc_exports\":%zu,\"held\":%s", exports,
+                     b->flags & BLOCK_HELD ? "true" : "false");
+        json_put(j, "}");
+    }
     json_put(j, "]}");
+}
+
+static void peers_json(const gm_stats *st, char *buf, size_t len)
+{
+    size_t n = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < 64 && n < len; d++)
+        if (st->peer_devices >> d & 1)
+            n += (size_t)snprintf(buf + n, len - n, "%s%d", n > 1 ? "," : "", d);
+    if (n < len)
+        snprintf(buf + n, len - n, "]");
 }
 
 static void snapshot_stats(json_out *j, const gm_stats *st)
@@ -199,11 +219,14 @@ static void snapshot_stats(json_out *j, const gm_stats *st)
     json_put(j, "\"stats\":{\"live_bytes\":%zu,\"peak_live_bytes\":%zu,\"allocated_bytes\":%zu,"
                 "\"peak_allocated_bytes\":%zu,\"reserved_bytes\":%zu,\"peak_reserved_bytes\":%zu,"
                 "\"live_blocks\":%zu,\"segments\":%zu,\"internal_frag_bytes\":%zu,"
-                "\"total_free_bytes\":%zu,\"largest_free_bytes\":%zu,\"frag_rate\":%.6f}",
+                "\"total_free_bytes\":%zu,\"largest_free_bytes\":%zu,\"frag_rate\":%.6f,"
+                "\"device\":%d,\"peer_shared_bytes\":%zu,\"exported_blocks\":%zu,"
+                "\"exported_bytes\":%zu,\"export_held_blocks\":%zu}",
              st->live_bytes, st->peak_live_bytes, st->allocated_bytes, st->peak_allocated_bytes,
              st->reserved_bytes, st->peak_reserved_bytes, st->live_blocks, st->segments,
              st->internal_frag_bytes, st->total_free_bytes, st->largest_free_bytes,
-             st->frag_rate);
+             st->frag_rate, st->device, st->peer_shared_bytes, st->exported_blocks,
+             st->exported_bytes, st->export_held_blocks);
 }
 
 gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
@@ -221,12 +244,15 @@ gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
     tcache_stop_world_locked(pool);
     gm_stats st;
     fill_stats_locked(pool, &st);
-    json_put(j, "{\"granularity\":%zu,\"segments\":[", pool->granularity);
+    char peers[256];
+    peers_json(&st, peers, sizeof peers);
+    json_put(j, "{\"device\":%d,\"peers\":%s,\"granularity\":%zu,\"segments\":[", st.device,
+             peers, pool->granularity);
     bool first = true;
     for (size_t h = 0; h < pool->heap_count && !j->failed; h++)
         for (int k = 0; k < ARENA_COUNT; k++)
             for (const gm_span *s = pool->heaps[h].arenas[k].spans; s && !j->failed; s = s->next) {
-                snapshot_span(j, s, first);
+                snapshot_span(pool, j, s, first, peers);
                 first = false;
             }
     json_put(j, "\n],");
@@ -248,6 +274,7 @@ typedef struct recount {
     size_t live, allocated, live_blocks, pending, pending_bytes, free_blocks, reserved, cached;
     size_t movable;
     size_t thread;
+    size_t exported;
 } recount;
 
 static gm_status check_span(gm_pool *pool, const gm_span *s, uint32_t *users, recount *rc)
@@ -285,6 +312,9 @@ static gm_status check_span(gm_pool *pool, const gm_span *s, uint32_t *users, re
                                    b->addr, b->handle - 1);
                 rc->movable++;
             }
+            if ((b->flags & BLOCK_HELD) && !(b->flags & BLOCK_EXPORTED))
+                return CORRUPT("block 0x%" PRIxPTR " is held but not exported", b->addr);
+            rc->exported += (b->flags & BLOCK_EXPORTED) != 0;
             rc->live += b->requested;
             rc->allocated += b->size;
             rc->live_blocks++;
@@ -427,7 +457,8 @@ gm_status pool_check_locked(gm_pool *pool)
     if (fs.total != pool->reserved_bytes - t.allocated_bytes - rc.pending_bytes)
         return CORRUPT("free bytes %zu != reserved %zu - allocated %zu - pending %zu", fs.total,
                        pool->reserved_bytes, t.allocated_bytes, rc.pending_bytes);
-    return defrag_check_locked(pool, rc.movable);
+    gm_status st = share_check_locked(pool, rc.exported);
+    return st != GM_OK ? st : defrag_check_locked(pool, rc.movable);
 }
 
 gm_status gm_pool_check(gm_pool *pool)

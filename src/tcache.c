@@ -370,6 +370,7 @@ bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream)
     gm_block *b = j == SIZE_MAX ? NULL : sh->map.slots[j];
     unsigned count = atomic_load_explicit(&tc->count, memory_order_relaxed);
     bool take = b && tc->pool && count < pool->tc_blocks && !b->extra_count && !b->handle &&
+                !(b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) &&
                 b->tag == stream && b->size <= TC_BLOCK_MAX && tc->bytes + b->size <= TC_BYTES;
     if (take) { /* all under the shard lock, so a stopped world sees it whole */
         bmap_erase(&sh->map, j);

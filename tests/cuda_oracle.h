@@ -106,20 +106,29 @@ static inline void oracle_open(void)
     }
 }
 
-/* The GPU programs' start: open the oracle and a cuda backend on device 0, or say why not and
- * exit 77 (ctest's "skipped" for the gpu label). */
-static inline gm_backend *oracle_backend_or_skip(void)
+/* Open the oracle and device 0 through the backend; NULL (the oracle closed, the reason printed
+ * as "skipped: ...") when there is no device to test on. */
+static inline gm_backend *oracle_device_or_skip(void)
 {
     oracle_open();
     gm_backend *be = NULL;
-    if (cu.count < 1 || gm_cuda_backend_create(0, &be) != GM_OK) {
-        printf("skipped: %s\n", !cu.driver ? "no CUDA driver (libcuda.so.1)"
-                                 : cu.count < 1 ? "the driver sees no device"
-                                                : gm_backend_last_error());
-        if (cu.ctx)
-            cu.cuDevicePrimaryCtxRelease(0);
+    if (cu.count >= 1 && gm_cuda_backend_create(0, &be) == GM_OK)
+        return be;
+    printf("skipped: %s\n", !cu.driver ? "no CUDA driver (libcuda.so.1)"
+                             : cu.count < 1 ? "the driver sees no device"
+                                            : gm_backend_last_error());
+    if (cu.ctx)
+        cu.cuDevicePrimaryCtxRelease(0);
+    return NULL;
+}
+
+/* The same, for programs that have nothing to clean up: exit 77 (ctest's "skipped" for the gpu
+ * label) when there is no device. */
+static inline gm_backend *oracle_backend_or_skip(void)
+{
+    gm_backend *be = oracle_device_or_skip();
+    if (!be)
         exit(77);
-    }
     return be;
 }
 

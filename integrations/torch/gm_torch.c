@@ -174,6 +174,38 @@ typedef struct slot {
 static slot g_slots[GM_TORCH_MAX_DEVICES];
 static pthread_once_t g_slots_once = PTHREAD_ONCE_INIT;
 
+/* backend=sim: one simulated machine of sim.devices devices (default GM_TORCH_SIM_DEVICES),
+ * made at the first pool, so the devices have disjoint addresses and peer paths, as GPUs do. */
+enum { GM_TORCH_SIM_DEVICES = 8 };
+static pthread_mutex_t g_sim_lock = PTHREAD_MUTEX_INITIALIZER;
+static gm_backend *g_sim_devices[GM_TORCH_MAX_DEVICES];
+static int g_sim_count;
+
+/* Device `device` of the simulated machine; on failure a message in msg. */
+static gm_status sim_device(const cli_settings *conf, int device, gm_backend **out, char *msg,
+                            size_t len)
+{
+    pthread_mutex_lock(&g_sim_lock);
+    gm_status st = GM_OK;
+    if (!g_sim_count) {
+        int n = conf->sim_devices ? (int)conf->sim_devices : GM_TORCH_SIM_DEVICES;
+        st = gm_sim_devices_create(&conf->sim, n, g_sim_devices);
+        if (st == GM_OK)
+            g_sim_count = n;
+        else
+            snprintf(msg, len, "%s", gm_backend_last_error());
+    }
+    if (st == GM_OK && device >= g_sim_count) {
+        st = GM_ERR_NO_DEVICE;
+        snprintf(msg, len, "the simulated machine has %d device%s (GPUMEM_CONF sim.devices)",
+                 g_sim_count, g_sim_count == 1 ? "" : "s");
+    }
+    if (st == GM_OK)
+        *out = g_sim_devices[device];
+    pthread_mutex_unlock(&g_sim_lock);
+    return st;
+}
+
 static void slots_init(void)
 {
     for (int i = 0; i < GM_TORCH_MAX_DEVICES; i++)
@@ -218,12 +250,13 @@ static gm_pool *create_pool_locked(slot *s, int device)
     pthread_mutex_unlock(&g_conf_lock);
 
     gm_backend *be = NULL;
-    gm_status st = conf.backend == BACKEND_SIM ? gm_sim_backend_create(&conf.sim, &be)
-                                               : gm_cuda_backend_create(device, &be);
+    int sim = conf.backend == BACKEND_SIM;
+    char why[GM_TORCH_MSG / 2] = "";
+    gm_status st = sim ? sim_device(&conf, device, &be, why, sizeof why)
+                       : gm_cuda_backend_create(device, &be);
     if (st != GM_OK) {
         snprintf(s->error, sizeof s->error, "gpumem_torch: device %d: %s backend: %s: %s", device,
-                 conf.backend == BACKEND_SIM ? "sim" : "cuda", gm_status_str(st),
-                 gm_backend_last_error());
+                 sim ? "sim" : "cuda", gm_status_str(st), sim ? why : gm_backend_last_error());
         fprintf(stderr, "%s\n", s->error);
         s->failed = 1;
         return NULL;
@@ -241,12 +274,13 @@ static gm_pool *create_pool_locked(slot *s, int device)
         snprintf(s->error, sizeof s->error, "gpumem_torch: device %d: pool creation failed: %s: %s",
                  device, gm_status_str(st), gm_last_error(NULL));
         fprintf(stderr, "%s\n", s->error);
-        gm_backend_destroy(be);
+        if (!sim) /* the simulated machine's devices are shared: they stay */
+            gm_backend_destroy(be);
         s->failed = 1;
         return NULL;
     }
     s->backend = be;
-    s->sim = conf.backend == BACKEND_SIM;
+    s->sim = sim;
     atomic_store_explicit(&s->pool, pool, memory_order_release);
     return pool;
 }
@@ -463,7 +497,11 @@ static void stats_to_json(sbuf *b, int device, const char *backend, const gm_sta
     U(cached_blocks);
     U(thread_cache_hits);
     U(cross_stream_reuses);
+    U(peer_devices);
+    U(exported_blocks);
+    U(export_held_blocks);
 #undef U
+    sb_printf(b, ", \"ordinal\": %d", st->device);
     sb_printf(b, ", \"frag_rate\": %.6f", st->frag_rate);
     sb_printf(b, ", \"device_calls\": {");
     for (int k = 0; k < GM_CALL_KINDS; k++)

@@ -1,9 +1,11 @@
 /*
  * libgpumem_torch.so: gpumem as PyTorch's pluggable CUDA allocator (docs/torch.md).
  *
- * One gpumem pool per device (0..63), created on first use from one configuration: the
- * environment variable GPUMEM_CONF (comma-separated KEY=VALUE with the keys of `gpumem --set`,
- * plus backend=cuda|sim), read once, or gm_torch_configure called before the first pool.
+ * One gpumem pool per device (0..63), created on first use from the `device` argument and one
+ * configuration: the environment variable GPUMEM_CONF (comma-separated KEY=VALUE with the keys of
+ * `gpumem --set`, plus backend=cuda|sim), read once, or gm_torch_configure called before the
+ * first pool. With backend=sim the devices are one simulated machine of sim.devices devices
+ * (default 8); a device it lacks fails with a message.
  * Every function is thread-safe. Includes no CUDA header.
  */
 #ifndef GM_TORCH_H

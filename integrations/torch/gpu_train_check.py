@@ -76,25 +76,45 @@ def setup_torch(args):
     return torch, gmt, handle
 
 
+def gpt2_setup(torch, dev, wrap=None):
+    """gpt2_train's model (wrapped by `wrap`, e.g. DistributedDataParallel), its optimizer and
+    the generator of batch shapes (ddp_train_check.py trains the same)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    m = GPT2LMHeadModel(GPT2Config()).to(dev)
+    if wrap is not None:
+        m = wrap(m)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    return m, opt, torch.Generator().manual_seed(1)
+
+
+def gpt2_shape(torch, g):
+    """The next (batch, sequence length) of gpt2_train's schedule."""
+    bs = int(torch.randint(2, 17, (1,), generator=g))
+    sl = int(torch.randint(64, 1025, (1,), generator=g))
+    return bs, sl
+
+
+def gpt2_step(torch, m, opt, bs, sl, dev):
+    """One training step of gpt2_train on random tokens; returns the loss tensor."""
+    x = torch.randint(0, 50257, (bs, sl), device=dev)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = m(input_ids=x, labels=x).loss
+    loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+    return loss
+
+
 def worker_train(args):
     torch, gmt, handle = setup_torch(args)
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     dev = "cuda"
     # gpt2_train, step for step; only the timing and the loss readout are added.
-    m = GPT2LMHeadModel(GPT2Config()).to(dev)
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-    g = torch.Generator().manual_seed(1)
+    m, opt, g = gpt2_setup(torch, dev)
     steps = []
     torch.cuda.synchronize()
     for s in range(args.steps):
-        bs = int(torch.randint(2, 17, (1,), generator=g))
-        sl = int(torch.randint(64, 1025, (1,), generator=g))
+        bs, sl = gpt2_shape(torch, g)
         t0 = time.perf_counter()
-        x = torch.randint(0, 50257, (bs, sl), device=dev)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = m(input_ids=x, labels=x).loss
-        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        loss = gpt2_step(torch, m, opt, bs, sl, dev)
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         steps.append({"step": s, "bs": bs, "sl": sl, "loss": float(loss.detach().float().item()),
@@ -341,20 +361,22 @@ def main_orchestrate(args):
     return 0 if ok else 1
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(doc, workers, timeout, more=None):
+    """The options of this script and ddp_train_check.py: the orchestrator's, the hidden worker
+    ones, and `more(ap)`'s own."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--build", help="build directory (default: bgpu, then build)")
     ap.add_argument("--steps", type=int, default=16)
-    ap.add_argument("--warmup", type=int, default=3, help="steps left out of the mean time")
-    ap.add_argument("--modes", default="pool", help="gpumem modes to train with: pool,replace")
     ap.add_argument("--conf", default="", help="GPUMEM_CONF for the gpumem training runs")
     ap.add_argument("--sdpa", default="math", choices=["math", "default"],
                     help="attention kernels: math (deterministic backward) or PyTorch's choice")
     ap.add_argument("--no-control", action="store_true",
                     help="skip the second run with PyTorch's allocator")
-    ap.add_argument("--timeout", type=int, default=300, help="seconds per worker")
+    ap.add_argument("--timeout", type=int, default=timeout, help="seconds per worker")
+    if more:
+        more(ap)
     # worker side
-    ap.add_argument("--worker", choices=["train", "oom"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=workers, help=argparse.SUPPRESS)
     ap.add_argument("--allocator", choices=["default", "gpumem"], help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="pool", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -362,6 +384,15 @@ def main():
     args = ap.parse_args()
     if args.conf == "":
         args.conf = None if args.worker else ""
+    return args
+
+
+def main():
+    def more(ap):
+        ap.add_argument("--warmup", type=int, default=3, help="steps left out of the mean time")
+        ap.add_argument("--modes", default="pool",
+                        help="gpumem modes to train with: pool,replace")
+    args = parse_args(__doc__, ["train", "oom"], 300, more)
     if args.worker:
         return worker_main(args)
     return main_orchestrate(args)

@@ -127,11 +127,11 @@ def case_bad_frees():
     stderr line per kind (the parent checks stderr)."""
     lib = load()
     p0 = lib.gm_torch_alloc(65536, 0, None)
-    # Simulated devices hand out the same addresses (CUDA's are unified, so they never
-    # collide): p1 lies inside p0's range, where device 0 has no block start.
+    # The simulated devices are one machine with unified addresses, as CUDA's: device 1's
+    # block is foreign to device 0's pool.
     a1 = lib.gm_torch_alloc(4096, 1, None)
     p1 = lib.gm_torch_alloc(8192, 1, None)
-    check(p0 < p1 < p0 + 65536, "the wrong-device case is set up (%x %x)" % (p0, p1))
+    check(p1 is not None and not (p0 <= p1 < p0 + 65536), "the wrong-device case is set up")
     lib.gm_torch_free(p1, 8192, 0, None)             # device 1's block named device 0: freed
     check(stats(lib, 1)["live_bytes"] == 4096, "a block freed under the wrong device is found")
     lib.gm_torch_free(a1, 4096, 1, None)
@@ -255,9 +255,39 @@ def case_module():
         check("out of range" in str(e), "with the shim's message: %s" % e)
 
 
+def case_devices():
+    """GPUMEM_CONF=backend=sim,sim.devices=2: one pool per device of one simulated machine,
+    created lazily from the device argument, concurrently; a device the machine lacks fails."""
+    lib = load()
+    import threading
+    ptrs = {}
+
+    def work(d):
+        ptrs[d] = [lib.gm_torch_alloc(MiB + d, d, None) for _ in range(50)]
+
+    threads = [threading.Thread(target=work, args=(d % 2,)) for d in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for d in (0, 1):
+        st = stats(lib, d)
+        check(st["ordinal"] == d and st["device"] == d, "device %d's pool is on sim device %d"
+              % (d, st["ordinal"]))
+        check(st["live_bytes"] == 50 * (MiB + d), "device %d: its own live bytes" % d)
+    check(not set(ptrs[0]) & set(ptrs[1]), "the devices' addresses are disjoint")
+    check(lib.gm_torch_alloc(4096, 2, None) is None, "device 2 does not exist")
+    check("has 2 devices" in err(lib, 2), "and says why: %r" % err(lib, 2))
+    for d in (0, 1):
+        for p in ptrs[d]:
+            lib.gm_torch_free(p, MiB + d, d, None)
+        check(stats(lib, d)["live_bytes"] == 0, "device %d freed" % d)
+
+
 CASES = {
     "basic": (case_basic, "backend=sim,sim.capacity=16GiB"),
     "bad_frees": (case_bad_frees, "backend=sim"),
+    "devices": (case_devices, "backend=sim,sim.devices=2"),
     "threads": (case_threads, "backend=sim,thread_cache_blocks=8"),
     "bad_env": (case_bad_env, "backend=sim,bogus=1,segments=vmm,strategy=nonsense,,"),
     "configure": (case_configure, None),
@@ -293,6 +323,9 @@ def main():
     for name in ("basic", "threads", "configure", "module"):
         r = run_case(name)
         check("gpumem_torch" not in r.stderr, "case %s is silent on stderr: %r" % (name, r.stderr))
+    r = run_case("devices")
+    check(r.stderr.count("device 2: sim backend") == 1, "a missing device is reported once:\n"
+          + r.stderr)
     r = run_case("bad_frees")
     e = r.stderr
     check(e.count("on device 0: not a gpumem block") == 1, "a foreign free is reported once:\n" + e)

@@ -88,5 +88,10 @@ int main(void)
     }
     CHECK_EQ_U(stat_of(1, "alloc_count"), 8 * 500);
     CHECK_EQ_U(stat_of(1, "live_bytes"), 0);
+    /* The simulated machine has 8 devices by default: device 1's pool is on sim device 1, and
+     * device 8 does not exist. */
+    CHECK_EQ_U(stat_of(1, "ordinal"), 1);
+    CHECK(gm_torch_alloc(4096, 8, NULL) == NULL);
+    CHECK_STR_CONTAINS(gm_torch_last_error(8), "has 8 devices");
     return check_summary();
 }

@@ -4,9 +4,12 @@
  */
 #include "backend.h"
 
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 enum { ERROR_TEXT_BYTES = 512 };
 static _Thread_local char backend_error_text[ERROR_TEXT_BYTES];
@@ -83,4 +86,35 @@ const char *gm_call_str(gm_call call)
     if ((unsigned)call >= GM_CALL_KINDS)
         return "unknown";
     return names[call];
+}
+
+int ipc_manifest_create(const void *data, size_t len)
+{
+    int fd = memfd_create("gpumem-ipc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return -1;
+    if (write(fd, data, len) != (ssize_t)len ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int ipc_proc_fd_open(int pid, int fd, int flags)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, fd);
+    return open(path, flags | O_CLOEXEC);
+}
+
+bool ipc_manifest_read(int pid, int fd, void *data, size_t len)
+{
+    int mfd = ipc_proc_fd_open(pid, fd, O_RDONLY);
+    if (mfd < 0)
+        return false;
+    unsigned char extra;
+    bool ok = pread(mfd, data, len, 0) == (ssize_t)len && pread(mfd, &extra, 1, (off_t)len) == 0;
+    close(mfd);
+    return ok;
 }

@@ -30,7 +30,16 @@ typedef struct gm_backend_caps {
     size_t capacity;        /* device memory in bytes */
     bool host_backed;       /* sim: addresses have host bytes behind them */
     bool simulated;         /* device time is modeled, not measured */
+    int ordinal;            /* device index (gm_device_info.ordinal) */
 } gm_backend_caps;
+
+/* The backend's part of a gm_ipc_handle (src/ipc.c builds the rest around it): what another
+ * process needs to open an export -- sim: shared-memory file descriptors; cuda: a
+ * cuIpcMemHandle, or the exporter's file descriptors of VMM shareable handles. */
+enum { IPC_BLOB_BYTES = 128 };
+typedef struct ipc_blob {
+    unsigned char bytes[IPC_BLOB_BYTES];
+} ipc_blob;
 
 typedef struct gm_backend_ops {
     /* Plain segments (cuMemAlloc / cuMemFree). mem_alloc fails with GM_ERR_OUT_OF_MEMORY when
@@ -68,6 +77,31 @@ typedef struct gm_backend_ops {
      * gm_sim_advance_clock), CLOCK_MONOTONIC on cuda. */
     uint64_t (*clock_ns)(gm_backend *b);
 
+    /* Peer access (docs/multi-gpu.md). Not counted (no gm_call kind).
+     * peer_can_access: whether a peer path lets device `peer` reach b's memory (false, not an
+     * error, for a backend of another kind or system). peer_enable: `peer` may access every
+     * plain segment of b, now and later (cuCtxEnablePeerAccess from peer's context); idempotent.
+     * peer_map_access: the mapped VMM range [addr, addr + size) of b (whole mappings) becomes
+     * read-write for `peer` too (cuMemSetAccess); a later map grants only b itself. */
+    gm_status (*peer_can_access)(gm_backend *b, gm_backend *peer, bool *out);
+    gm_status (*peer_enable)(gm_backend *b, gm_backend *peer);
+    gm_status (*peer_map_access)(gm_backend *b, gm_backend *peer, uintptr_t addr, size_t size);
+
+    /* Sharing with other processes (docs/multi-gpu.md). Not counted.
+     * ipc_export: share [addr, addr + size): a whole plain segment (!vmm: addr its start), or
+     * mapped VMM pages (vmm: whole mappings). The export lives until ipc_unexport; meanwhile
+     * b refuses to free or unmap that memory (GM_ERR_BUSY). ipc_unexport of an unknown blob:
+     * GM_ERR_INVALID_ARGUMENT.
+     * ipc_open, in another process: map the export of process `pid` and return its address
+     * plus `offset` in *out (the "opened pointer"); stale or foreign blobs fail with
+     * GM_ERR_INVALID_ARGUMENT and say why. ipc_close takes exactly an opened pointer (else
+     * GM_ERR_INVALID_ARGUMENT: "closed twice?"). */
+    gm_status (*ipc_export)(gm_backend *b, uintptr_t addr, size_t size, bool vmm, ipc_blob *out);
+    gm_status (*ipc_unexport)(gm_backend *b, const ipc_blob *blob);
+    gm_status (*ipc_open)(gm_backend *b, const ipc_blob *blob, int pid, size_t offset,
+                          uintptr_t *out);
+    gm_status (*ipc_close)(gm_backend *b, uintptr_t ptr);
+
     void (*destroy)(gm_backend *b);
 } gm_backend_ops;
 
@@ -86,6 +120,16 @@ void backend_charge(gm_backend *b, gm_call kind, uint64_t ns);
 /* Record a backend error message for this thread (printf-style); returns `st`. */
 gm_status backend_set_error(gm_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* IPC helpers shared by the backends (backend.c). A manifest is a small sealed memfd whose bytes
+ * say what an export is: another process of the same user reads it through /proc/PID/fd/FD,
+ * so a released export (its manifest closed) is told apart from a live one. */
+int ipc_manifest_create(const void *data, size_t len);          /* fd, or -1 (errno) */
+/* Open the exporter's file descriptor `fd` of process `pid` (open(/proc/PID/fd/FD)). -1: errno. */
+int ipc_proc_fd_open(int pid, int fd, int flags);
+/* Read exactly `len` bytes of the manifest `fd` of process `pid`; false when it is gone or
+ * differs in size. */
+bool ipc_manifest_read(int pid, int fd, void *data, size_t len);
 
 /* H200 cost model (../shared/ANCHORS.md), in ns, for a call of `kind` on `size` bytes;
  * interpolated linearly in log2(size) between the measured sizes. */

@@ -22,13 +22,16 @@
 
 #include <assert.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 /* --- The driver types we use, as cuda.h (CUDA 13.0) declares them ------------------------- */
 
@@ -46,11 +49,19 @@ enum { /* CUresult values we act on */
     CUDA_ERROR_STUB_LIBRARY = 34,
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_NOT_READY = 600,
+    CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
 };
-enum { CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102 }; /* CUdevice_attribute */
+enum { /* CUdevice_attribute */
+    CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
+    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED = 103,
+};
+enum { CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1 };        /* CUipcMem_flags */
 enum { CU_EVENT_DISABLE_TIMING = 0x2 };                                 /* CUevent_flags */
 enum { CU_MEM_ALLOCATION_TYPE_PINNED = 0x1 };                           /* CUmemAllocationType */
-enum { CU_MEM_HANDLE_TYPE_NONE = 0x0 };                   /* CUmemAllocationHandleType */
+enum { /* CUmemAllocationHandleType */
+    CU_MEM_HANDLE_TYPE_NONE = 0x0,
+    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0x1,
+};
 enum { CU_MEM_LOCATION_TYPE_DEVICE = 0x1 };               /* CUmemLocationType */
 enum { CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3 };        /* CUmemAccess_flags */
 enum { CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 0x1 };      /* CUmemAllocationGranularity_flags */
@@ -79,6 +90,11 @@ typedef struct CUmemAccessDesc {
     int flags; /* CUmemAccess_flags */
 } CUmemAccessDesc;
 
+enum { CU_IPC_HANDLE_SIZE = 64 };
+typedef struct CUipcMemHandle {
+    char reserved[CU_IPC_HANDLE_SIZE];
+} CUipcMemHandle;
+
 /* Layouts checked against cuda.h of CUDA 13.0 on x86-64 (the only kind of host CUDA 13 has). */
 static_assert(sizeof(CUmemLocation) == 8, "CUmemLocation layout");
 static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp layout");
@@ -88,6 +104,7 @@ static_assert(offsetof(CUmemAllocationProp, win32HandleMetaData) == 16,
 static_assert(offsetof(CUmemAllocationProp, allocFlags) == 24, "CUmemAllocationProp.allocFlags");
 static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc layout");
 static_assert(offsetof(CUmemAccessDesc, flags) == 8, "CUmemAccessDesc.flags");
+static_assert(sizeof(CUipcMemHandle) == 64, "CUipcMemHandle layout");
 static_assert(sizeof(CUdeviceptr) == sizeof(uintptr_t), "device addresses fit uintptr_t");
 static_assert(sizeof(CUmemGenericAllocationHandle) == sizeof(gm_phys), "gm_phys holds a handle");
 static_assert(sizeof(CUevent) <= sizeof(gm_event), "gm_event holds a CUevent");
@@ -129,6 +146,15 @@ static_assert(sizeof(void *) == sizeof(void (*)(void)), "dlsym results fit funct
     X(cuStreamWaitEvent, "cuStreamWaitEvent", CUresult, (CUstream s, CUevent e, unsigned flags), \
       REQUIRED)                                                                                 \
     X(cuStreamSynchronize, "cuStreamSynchronize", CUresult, (CUstream s), REQUIRED)             \
+    X(cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer", CUresult,                                 \
+      (int *can, CUdevice d, CUdevice peer), REQUIRED)                                          \
+    X(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", CUresult, (CUcontext peer, unsigned f),   \
+      REQUIRED)                                                                                 \
+    X(cuIpcGetMemHandle, "cuIpcGetMemHandle", CUresult, (CUipcMemHandle * h, CUdeviceptr p),    \
+      REQUIRED)                                                                                 \
+    X(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2", CUresult,                                    \
+      (CUdeviceptr * p, CUipcMemHandle h, unsigned flags), REQUIRED)                            \
+    X(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", CUresult, (CUdeviceptr p), REQUIRED)          \
     X(cuMemAddressReserve, "cuMemAddressReserve", CUresult,                                     \
       (CUdeviceptr * p, size_t size, size_t align, CUdeviceptr hint, unsigned long long flags), \
       OPTIONAL)                                                                                 \
@@ -146,7 +172,14 @@ static_assert(sizeof(void *) == sizeof(void (*)(void)), "dlsym results fit funct
     X(cuMemSetAccess, "cuMemSetAccess", CUresult,                                               \
       (CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, size_t count), OPTIONAL)        \
     X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", CUresult,                 \
-      (size_t * g, const CUmemAllocationProp *prop, int option), OPTIONAL)
+      (size_t * g, const CUmemAllocationProp *prop, int option), OPTIONAL)                      \
+    X(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", CUresult,                     \
+      (CUmemGenericAllocationHandle * h, void *addr), OPTIONAL)                                 \
+    X(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", CUresult,                   \
+      (void *shareable, CUmemGenericAllocationHandle h, int type, unsigned long long flags),    \
+      OPTIONAL)                                                                                 \
+    X(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", CUresult,               \
+      (CUmemGenericAllocationHandle * h, void *os_handle, int type), OPTIONAL)
 
 #define DECLARE_ENTRY_POINT(field, symbol, ret, params, required) ret(*field) params;
 typedef struct cuda_driver {
@@ -267,11 +300,34 @@ static void load_driver(void)
 
 /* --- Helpers --------------------------------------------------------------------------------- */
 
+/* An export to other processes: the manifest they read, and (VMM) the exported page fds. */
+typedef struct cuda_export {
+    uint64_t serial;
+    int manifest_fd;
+    int *fds;
+    size_t fd_count;
+} cuda_export;
+
+/* Memory opened from another process. */
+typedef struct cuda_import {
+    uintptr_t ptr;  /* what ipc_open returned */
+    uintptr_t base; /* plain: cuIpcOpenMemHandle's pointer; VMM: the reserved range */
+    size_t size;    /* VMM: the range's bytes */
+    bool vmm;
+} cuda_import;
+
 typedef struct cuda_backend {
     gm_backend base; /* first: a gm_backend * is a cuda_backend * */
     CUdevice dev;
     int ordinal;
     CUcontext ctx; /* the device's primary context, retained */
+    bool posix_fd; /* VMM allocations are created exportable as POSIX file descriptors */
+    pthread_mutex_t ipc_lock; /* exports and imports */
+    cuda_export *exports;
+    size_t export_count, export_cap;
+    uint64_t export_serial;
+    cuda_import *imports;
+    size_t import_count, import_cap;
 } cuda_backend;
 
 static cuda_backend *cuda_of(gm_backend *b)
@@ -338,13 +394,15 @@ static gm_status vmm_required(gm_backend *b, const char *op)
                              "does not support", op, cuda_of(b)->ordinal);
 }
 
-/* A pinned allocation on this device; exported handle types stay NONE (docs/cuda-backend.md). */
-static CUmemAllocationProp device_alloc_prop(CUdevice dev)
+/* A pinned allocation on this device, exportable to other processes as a POSIX file descriptor
+ * when the device supports it (docs/multi-gpu.md). */
+static CUmemAllocationProp device_alloc_prop(CUdevice dev, bool posix_fd)
 {
     CUmemAllocationProp prop;
     memset(&prop, 0, sizeof prop);
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    prop.requestedHandleTypes = posix_fd ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+                                         : CU_MEM_HANDLE_TYPE_NONE;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = dev;
     return prop;
@@ -433,7 +491,7 @@ static gm_status cuda_phys_create(gm_backend *b, size_t size, gm_phys *out)
         st = ctx_enter(cuda_of(b)->ctx, &pushed);
     if (st != GM_OK)
         return st;
-    CUmemAllocationProp prop = device_alloc_prop(cuda_of(b)->dev);
+    CUmemAllocationProp prop = device_alloc_prop(cuda_of(b)->dev, cuda_of(b)->posix_fd);
     CUmemGenericAllocationHandle h = 0;
     uint64_t t0 = now_ns();
     CUresult r = drv.cuMemCreate(&h, size, &prop, 0);
@@ -672,11 +730,381 @@ static uint64_t cuda_clock_ns(gm_backend *b)
     return now_ns();
 }
 
+/* --- Peer access and IPC (docs/multi-gpu.md); not counted: gm_call has no kinds for them --- */
+
+static cuda_backend *cuda_peer(gm_backend *b, gm_backend *peer);
+
+static gm_status cuda_peer_can_access(gm_backend *b, gm_backend *peer, bool *out)
+{
+    cuda_backend *cb = cuda_of(b), *pb = cuda_peer(b, peer);
+    int can = 0;
+    *out = false;
+    if (!pb || pb->dev == cb->dev)
+        return GM_OK;
+    CUresult r = drv.cuDeviceCanAccessPeer(&can, pb->dev, cb->dev);
+    if (r != CUDA_SUCCESS)
+        return cuda_failed(r, "cuDeviceCanAccessPeer");
+    *out = can != 0;
+    return GM_OK;
+}
+
+/* Peer access is per context: from the peer's context, enable access to ours. */
+static gm_status cuda_peer_enable(gm_backend *b, gm_backend *peer)
+{
+    cuda_backend *pb = cuda_peer(b, peer);
+    if (!pb)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "cuda backend: the peer is not a CUDA "
+                                 "device");
+    bool pushed;
+    gm_status st = ctx_enter(pb->ctx, &pushed);
+    if (st != GM_OK)
+        return st;
+    CUresult r = drv.cuCtxEnablePeerAccess(cuda_of(b)->ctx, 0);
+    ctx_leave(pushed);
+    if (r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+        return GM_OK;
+    return cuda_failed(r, "cuCtxEnablePeerAccess");
+}
+
+static gm_status cuda_peer_map_access(gm_backend *b, gm_backend *peer, uintptr_t addr,
+                                      size_t size)
+{
+    cuda_backend *pb = cuda_peer(b, peer);
+    bool pushed;
+    gm_status st = vmm_required(b, "peer_map_access");
+    if (st == GM_OK && !pb)
+        st = backend_set_error(GM_ERR_INVALID_ARGUMENT, "cuda backend: the peer is not a CUDA "
+                               "device");
+    if (st == GM_OK)
+        st = ctx_enter(cuda_of(b)->ctx, &pushed);
+    if (st != GM_OK)
+        return st;
+    CUmemAccessDesc access = {
+        .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = pb->dev},
+        .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    CUresult r = drv.cuMemSetAccess((CUdeviceptr)addr, size, &access, 1);
+    ctx_leave(pushed);
+    return r == CUDA_SUCCESS ? GM_OK : cuda_failed(r, "cuMemSetAccess (peer)");
+}
+
+/* The backend's part of a handle. The manifest holds it too (manifest_fd -1) plus, for VMM,
+ * the exporter's fd of each page's shareable handle. */
+static const uint64_t CUDA_IPC_MAGIC = 0x4350494144554347ull; /* "GCUDAIPC" */
+typedef struct cuda_ipc_blob {
+    uint64_t magic, serial;
+    uint64_t size;     /* bytes of the range */
+    uint64_t gran;     /* VMM: bytes per exported page */
+    int32_t manifest_fd, vmm;
+    CUipcMemHandle ipc; /* plain */
+} cuda_ipc_blob;
+static_assert(sizeof(cuda_ipc_blob) <= IPC_BLOB_BYTES, "cuda's blob fits an ipc_blob");
+
+enum { MANIFEST_MAX_FDS = 1 << 20 };
+
+static bool grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    size_t n = *cap ? *cap * 2 : 8;
+    void *p = realloc(*arr, n * elem);
+    if (!p)
+        return false;
+    *arr = p;
+    *cap = n;
+    return true;
+}
+
+static void close_fds(int *fds, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        close(fds[i]);
+    free(fds);
+}
+
+/* Export every granule page of [addr, addr + size) as a POSIX fd (context current). */
+static gm_status export_pages(cuda_backend *cb, uintptr_t addr, size_t size, int **fds_out)
+{
+    size_t gran = cb->base.caps.vmm_granularity, n = size / gran;
+    int *fds = calloc(n ? n : 1, sizeof *fds);
+    if (!fds)
+        return backend_set_error(GM_ERR_HOST_MEMORY, "cuda backend: out of host memory");
+    for (size_t i = 0; i < n; i++) {
+        CUmemGenericAllocationHandle h = 0;
+        CUresult r = drv.cuMemRetainAllocationHandle(&h, (void *)(addr + i * gran));
+        int fd = -1;
+        if (r == CUDA_SUCCESS) {
+            r = drv.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                                 0);
+            drv.cuMemRelease(h); /* drop the retain's reference */
+        }
+        if (r != CUDA_SUCCESS) {
+            close_fds(fds, i);
+            return cuda_failed(r, "cuMemExportToShareableHandle");
+        }
+        fds[i] = fd;
+    }
+    *fds_out = fds;
+    return GM_OK;
+}
+
+/* The manifest: the blob (manifest_fd -1), then the page fds. */
+static int manifest_write(const cuda_ipc_blob *blob, const int *fds, size_t n)
+{
+    size_t len = sizeof *blob + n * sizeof *fds;
+    unsigned char *m = malloc(len);
+    if (!m)
+        return -1;
+    cuda_ipc_blob copy = *blob;
+    copy.manifest_fd = -1;
+    memcpy(m, &copy, sizeof copy);
+    if (n)
+        memcpy(m + sizeof copy, fds, n * sizeof *fds);
+    int fd = ipc_manifest_create(m, len);
+    free(m);
+    return fd;
+}
+
+static gm_status cuda_ipc_export(gm_backend *b, uintptr_t addr, size_t size, bool vmm,
+                                 ipc_blob *out)
+{
+    cuda_backend *cb = cuda_of(b);
+    if (vmm && (!cb->posix_fd || !drv.cuMemExportToShareableHandle))
+        return backend_set_error(GM_ERR_UNSUPPORTED, "cuda backend: device %d cannot export VMM "
+                                 "memory as POSIX file descriptors", cb->ordinal);
+    bool pushed;
+    gm_status st = ctx_enter(cb->ctx, &pushed);
+    if (st != GM_OK)
+        return st;
+    cuda_ipc_blob blob;
+    memset(&blob, 0, sizeof blob);
+    blob.magic = CUDA_IPC_MAGIC;
+    blob.size = size;
+    blob.vmm = vmm;
+    blob.gran = b->caps.vmm_granularity;
+    int *fds = NULL;
+    size_t n = vmm ? size / blob.gran : 0;
+    CUresult r = CUDA_SUCCESS;
+    if (vmm)
+        st = export_pages(cb, addr, size, &fds);
+    else if ((r = drv.cuIpcGetMemHandle(&blob.ipc, (CUdeviceptr)addr)) != CUDA_SUCCESS)
+        st = cuda_failed(r, "cuIpcGetMemHandle");
+    ctx_leave(pushed);
+    if (st != GM_OK)
+        return st;
+    pthread_mutex_lock(&cb->ipc_lock);
+    blob.serial = ++cb->export_serial;
+    if (!grow((void **)&cb->exports, &cb->export_cap, cb->export_count + 1, sizeof(cuda_export)))
+        st = backend_set_error(GM_ERR_HOST_MEMORY, "cuda backend: out of host memory");
+    else if ((blob.manifest_fd = manifest_write(&blob, fds, n)) < 0)
+        st = backend_set_error(GM_ERR_HOST_MEMORY, "cuda backend: cannot write the IPC "
+                               "manifest: %s", strerror(errno));
+    if (st == GM_OK)
+        cb->exports[cb->export_count++] = (cuda_export){blob.serial, blob.manifest_fd, fds, n};
+    pthread_mutex_unlock(&cb->ipc_lock);
+    if (st != GM_OK) {
+        close_fds(fds, n);
+        return st;
+    }
+    memset(out, 0, sizeof *out);
+    memcpy(out->bytes, &blob, sizeof blob);
+    return GM_OK;
+}
+
+static gm_status cuda_ipc_unexport(gm_backend *b, const ipc_blob *in)
+{
+    cuda_backend *cb = cuda_of(b);
+    cuda_ipc_blob blob;
+    memcpy(&blob, in->bytes, sizeof blob);
+    pthread_mutex_lock(&cb->ipc_lock);
+    size_t i = 0;
+    while (i < cb->export_count && cb->exports[i].serial != blob.serial)
+        i++;
+    bool found = blob.magic == CUDA_IPC_MAGIC && i < cb->export_count;
+    cuda_export e = found ? cb->exports[i] : (cuda_export){0};
+    if (found)
+        cb->exports[i] = cb->exports[--cb->export_count];
+    pthread_mutex_unlock(&cb->ipc_lock);
+    if (!found)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "cuda backend: ipc_unexport: export "
+                                 "%llu is not live", (unsigned long long)blob.serial);
+    close(e.manifest_fd);
+    close_fds(e.fds, e.fd_count);
+    return GM_OK;
+}
+
+/* Read the exporter's manifest: false when it is gone (released, exited) or does not match. */
+static bool manifest_fetch(int pid, const cuda_ipc_blob *blob, int **fds)
+{
+    size_t n = blob->vmm ? blob->size / blob->gran : 0;
+    size_t len = sizeof *blob + n * sizeof(int);
+    unsigned char *m = n <= MANIFEST_MAX_FDS ? malloc(len) : NULL;
+    cuda_ipc_blob expect = *blob;
+    expect.manifest_fd = -1;
+    bool ok = m && ipc_manifest_read(pid, blob->manifest_fd, m, len) &&
+              memcmp(m, &expect, sizeof expect) == 0;
+    *fds = ok ? calloc(n ? n : 1, sizeof(int)) : NULL;
+    if (*fds && n)
+        memcpy(*fds, m + sizeof expect, n * sizeof(int));
+    free(m);
+    return *fds != NULL;
+}
+
+/* Take the exporter's fd into this process (pidfd_getfd: the importer needs ptrace access to
+ * the exporter -- same user, and Yama's ptrace_scope or being its ancestor allowing it). */
+static int fd_from_process(int pidfd, int fd)
+{
+    return (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+}
+
+/* Import, map and enable the exported pages (context current); *base, on success. */
+static gm_status import_pages(cuda_backend *cb, int pid, const cuda_ipc_blob *blob,
+                              const int *fds, uintptr_t *base)
+{
+    size_t gran = blob->gran, n = blob->size / gran;
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "cuda backend: ipc_open: exporter "
+                                 "process %d: %s", pid, strerror(errno));
+    CUdeviceptr va = 0;
+    CUresult r = drv.cuMemAddressReserve(&va, blob->size, gran, 0, 0);
+    size_t mapped = 0;
+    gm_status st = r == CUDA_SUCCESS ? GM_OK : cuda_failed(r, "cuMemAddressReserve");
+    for (; st == GM_OK && mapped < n; mapped++) {
+        int fd = fd_from_process(pidfd, fds[mapped]);
+        if (fd < 0) {
+            st = backend_set_error(GM_ERR_BACKEND, "cuda backend: ipc_open: pidfd_getfd(%d, %d)"
+                                   ": %s (the importer needs ptrace access to the exporter)", pid,
+                                   fds[mapped], strerror(errno));
+            break;
+        }
+        CUmemGenericAllocationHandle h = 0;
+        r = drv.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
+                                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        close(fd);
+        if (r == CUDA_SUCCESS) {
+            r = drv.cuMemMap(va + mapped * gran, gran, 0, h, 0);
+            drv.cuMemRelease(h); /* the mapping keeps the memory */
+        }
+        if (r != CUDA_SUCCESS) {
+            st = cuda_failed(r, "cuMemImportFromShareableHandle / cuMemMap");
+            break;
+        }
+    }
+    CUmemAccessDesc access = {
+        .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = cb->dev},
+        .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    if (st == GM_OK && (r = drv.cuMemSetAccess(va, blob->size, &access, 1)) != CUDA_SUCCESS)
+        st = cuda_failed(r, "cuMemSetAccess");
+    close(pidfd);
+    if (st != GM_OK) { /* undo: nothing stays mapped or reserved */
+        if (mapped)
+            drv.cuMemUnmap(va, mapped * gran);
+        if (va)
+            drv.cuMemAddressFree(va, blob->size);
+        return st;
+    }
+    *base = (uintptr_t)va;
+    return GM_OK;
+}
+
+static gm_status cuda_ipc_open(gm_backend *b, const ipc_blob *in, int pid, size_t offset,
+                               uintptr_t *out)
+{
+    cuda_backend *cb = cuda_of(b);
+    cuda_ipc_blob blob;
+    memcpy(&blob, in->bytes, sizeof blob);
+    if (blob.magic != CUDA_IPC_MAGIC || (blob.vmm && (!blob.gran || blob.size % blob.gran)))
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "cuda backend: ipc_open: not a CUDA "
+                                 "IPC handle");
+    if (blob.vmm && !drv.cuMemImportFromShareableHandle)
+        return backend_set_error(GM_ERR_UNSUPPORTED, "cuda backend: ipc_open: the driver cannot "
+                                 "import shareable handles");
+    int *fds = NULL;
+    if (!manifest_fetch(pid, &blob, &fds))
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "cuda backend: ipc_open: stale handle:"
+                                 " process %d has no live export %llu (released, or the process "
+                                 "exited)", pid, (unsigned long long)blob.serial);
+    bool pushed;
+    gm_status st = ctx_enter(cb->ctx, &pushed);
+    uintptr_t base = 0;
+    if (st == GM_OK && blob.vmm) {
+        st = import_pages(cb, pid, &blob, fds, &base);
+    } else if (st == GM_OK) {
+        CUdeviceptr p = 0;
+        CUresult r = drv.cuIpcOpenMemHandle(&p, blob.ipc, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        st = r == CUDA_SUCCESS ? GM_OK : cuda_failed(r, "cuIpcOpenMemHandle");
+        base = (uintptr_t)p;
+    }
+    free(fds);
+    pthread_mutex_lock(&cb->ipc_lock);
+    if (st == GM_OK && !grow((void **)&cb->imports, &cb->import_cap, cb->import_count + 1,
+                             sizeof(cuda_import)))
+        st = backend_set_error(GM_ERR_HOST_MEMORY, "cuda backend: out of host memory");
+    else if (st == GM_OK)
+        cb->imports[cb->import_count++] = (cuda_import){base + offset, base, blob.size, blob.vmm};
+    pthread_mutex_unlock(&cb->ipc_lock);
+    if (st != GM_OK && base) { /* only the bookkeeping failed */
+        if (blob.vmm) {
+            drv.cuMemUnmap((CUdeviceptr)base, blob.size);
+            drv.cuMemAddressFree((CUdeviceptr)base, blob.size);
+        } else {
+            drv.cuIpcCloseMemHandle((CUdeviceptr)base);
+        }
+    }
+    if (pushed)
+        ctx_leave(pushed);
+    if (st == GM_OK)
+        *out = base + offset;
+    return st;
+}
+
+static gm_status cuda_ipc_close(gm_backend *b, uintptr_t ptr)
+{
+    cuda_backend *cb = cuda_of(b);
+    pthread_mutex_lock(&cb->ipc_lock);
+    size_t i = 0;
+    while (i < cb->import_count && cb->imports[i].ptr != ptr)
+        i++;
+    bool found = i < cb->import_count;
+    cuda_import im = found ? cb->imports[i] : (cuda_import){0};
+    if (found)
+        cb->imports[i] = cb->imports[--cb->import_count];
+    pthread_mutex_unlock(&cb->ipc_lock);
+    if (!found)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "cuda backend: ipc_close(%#lx): not a "
+                                 "pointer opened by ipc_open (closed twice?)", (unsigned long)ptr);
+    bool pushed;
+    gm_status st = ctx_enter(cb->ctx, &pushed);
+    if (st != GM_OK)
+        return st;
+    CUresult r;
+    if (im.vmm) {
+        r = drv.cuMemUnmap((CUdeviceptr)im.base, im.size);
+        CUresult r2 = drv.cuMemAddressFree((CUdeviceptr)im.base, im.size);
+        r = r != CUDA_SUCCESS ? r : r2;
+    } else {
+        r = drv.cuIpcCloseMemHandle((CUdeviceptr)im.base);
+    }
+    ctx_leave(pushed);
+    return r == CUDA_SUCCESS ? GM_OK : cuda_failed(r, "closing an IPC import");
+}
+
 /* Drops our reference on the primary context. When it was the last one, the driver destroys
  * the context and with it every allocation still in it: destroy pools first. */
 static void cuda_destroy(gm_backend *b)
 {
     cuda_backend *cb = cuda_of(b);
+    for (size_t i = 0; i < cb->import_count; i++) /* imports still open: closed with us */
+        (void)cuda_ipc_close(b, cb->imports[i].ptr);
+    for (size_t i = 0; i < cb->export_count; i++) {
+        close(cb->exports[i].manifest_fd);
+        close_fds(cb->exports[i].fds, cb->exports[i].fd_count);
+    }
+    free(cb->imports);
+    free(cb->exports);
+    pthread_mutex_destroy(&cb->ipc_lock);
     drv.cuDevicePrimaryCtxRelease(cb->dev);
     free(cb);
 }
@@ -700,8 +1128,20 @@ static const gm_backend_ops cuda_ops = {
     .mem_info = cuda_mem_info,
     .info = cuda_info,
     .clock_ns = cuda_clock_ns,
+    .peer_can_access = cuda_peer_can_access,
+    .peer_enable = cuda_peer_enable,
+    .peer_map_access = cuda_peer_map_access,
+    .ipc_export = cuda_ipc_export,
+    .ipc_unexport = cuda_ipc_unexport,
+    .ipc_open = cuda_ipc_open,
+    .ipc_close = cuda_ipc_close,
     .destroy = cuda_destroy,
 };
+
+static cuda_backend *cuda_peer(gm_backend *b, gm_backend *peer)
+{
+    return peer && peer->ops == b->ops ? cuda_of(peer) : NULL;
+}
 
 /* --- Creation -------------------------------------------------------------------------------- */
 
@@ -723,7 +1163,12 @@ static gm_status query_vmm(cuda_backend *cb, gm_backend_caps *caps)
     caps->vmm_granularity = 0;
     if (!supported || !loader.vmm_entry_points)
         return GM_OK;
-    CUmemAllocationProp prop = device_alloc_prop(cb->dev);
+    int fd_supported = 0;
+    r = drv.cuDeviceGetAttribute(&fd_supported,
+                                 CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                 cb->dev);
+    cb->posix_fd = r == CUDA_SUCCESS && fd_supported;
+    CUmemAllocationProp prop = device_alloc_prop(cb->dev, cb->posix_fd);
     size_t granularity = 0;
     r = drv.cuMemGetAllocationGranularity(&granularity, &prop,
                                           CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
@@ -770,41 +1215,72 @@ static gm_status check_ordinal(int device)
     return GM_OK;
 }
 
-gm_status gm_cuda_backend_create(int device, gm_backend **out)
+/* Load the driver once per process; its outcome (and message) for every later caller. */
+static gm_status driver_ready(void)
 {
-    if (!out)
-        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_cuda_backend_create: out is NULL");
     int rc = pthread_once(&loader.once, load_driver);
     if (rc != 0)
         return backend_set_error(GM_ERR_BACKEND, "cuda backend: pthread_once failed (%d)", rc);
     if (loader.status != GM_OK)
         return backend_set_error(loader.status, "%s", loader.message);
-    gm_status st = check_ordinal(device);
+    return GM_OK;
+}
+
+gm_status gm_cuda_backend_create(int device, gm_backend **out)
+{
+    if (!out)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_cuda_backend_create: out is NULL");
+    gm_status st = driver_ready();
+    if (st == GM_OK)
+        st = check_ordinal(device);
     if (st != GM_OK)
         return st;
 
     cuda_backend *cb = calloc(1, sizeof *cb);
-    if (!cb)
+    if (!cb || pthread_mutex_init(&cb->ipc_lock, NULL) != 0) {
+        free(cb);
         return backend_set_error(GM_ERR_HOST_MEMORY, "cuda backend: out of host memory");
+    }
     cb->ordinal = device;
     CUresult r = drv.cuDeviceGet(&cb->dev, device);
     if (r != CUDA_SUCCESS) {
+        pthread_mutex_destroy(&cb->ipc_lock);
         free(cb);
         return cuda_failed(r, "cuDeviceGet");
     }
     r = drv.cuDevicePrimaryCtxRetain(&cb->ctx, cb->dev);
     if (r != CUDA_SUCCESS) {
+        pthread_mutex_destroy(&cb->ipc_lock);
         free(cb);
         return cuda_failed(r, "cuDevicePrimaryCtxRetain");
     }
     gm_backend_caps caps;
     st = query_caps(cb, &caps);
+    caps.ordinal = device;
     if (st != GM_OK) {
         drv.cuDevicePrimaryCtxRelease(cb->dev);
+        pthread_mutex_destroy(&cb->ipc_lock);
         free(cb);
         return st;
     }
     backend_init(&cb->base, &cuda_ops, &caps);
     *out = &cb->base;
+    return GM_OK;
+}
+
+gm_status gm_cuda_device_count(int *out)
+{
+    if (!out)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_cuda_device_count: out is NULL");
+    gm_status st = driver_ready();
+    if (st != GM_OK)
+        return st;
+    int count = 0;
+    CUresult r = drv.cuDeviceGetCount(&count);
+    if (r == CUDA_ERROR_NO_DEVICE)
+        count = 0;
+    else if (r != CUDA_SUCCESS)
+        return cuda_failed(r, "cuDeviceGetCount");
+    *out = count;
     return GM_OK;
 }

@@ -200,6 +200,59 @@ static uint64_t fault_clock_ns(gm_backend *b)
     return f->inner->ops->clock_ns(f->inner);
 }
 
+/* Peer access and IPC are forwarded as they are: never failed, not counted. A peer that is
+ * itself a fault wrapper stands for its inner device. */
+static const gm_backend_ops fault_ops;
+static gm_backend *unwrapped(gm_backend *peer)
+{
+    return peer && peer->ops == &fault_ops ? fault_of(peer)->inner : peer;
+}
+
+static gm_status fault_peer_can_access(gm_backend *b, gm_backend *peer, bool *out)
+{
+    gm_backend *in = fault_of(b)->inner;
+    return in->ops->peer_can_access(in, unwrapped(peer), out);
+}
+
+static gm_status fault_peer_enable(gm_backend *b, gm_backend *peer)
+{
+    gm_backend *in = fault_of(b)->inner;
+    return in->ops->peer_enable(in, unwrapped(peer));
+}
+
+static gm_status fault_peer_map_access(gm_backend *b, gm_backend *peer, uintptr_t addr,
+                                       size_t size)
+{
+    gm_backend *in = fault_of(b)->inner;
+    return in->ops->peer_map_access(in, unwrapped(peer), addr, size);
+}
+
+static gm_status fault_ipc_export(gm_backend *b, uintptr_t addr, size_t size, bool vmm,
+                                  ipc_blob *out)
+{
+    gm_backend *in = fault_of(b)->inner;
+    return in->ops->ipc_export(in, addr, size, vmm, out);
+}
+
+static gm_status fault_ipc_unexport(gm_backend *b, const ipc_blob *blob)
+{
+    gm_backend *in = fault_of(b)->inner;
+    return in->ops->ipc_unexport(in, blob);
+}
+
+static gm_status fault_ipc_open(gm_backend *b, const ipc_blob *blob, int pid, size_t offset,
+                                uintptr_t *out)
+{
+    gm_backend *in = fault_of(b)->inner;
+    return in->ops->ipc_open(in, blob, pid, offset, out);
+}
+
+static gm_status fault_ipc_close(gm_backend *b, uintptr_t ptr)
+{
+    gm_backend *in = fault_of(b)->inner;
+    return in->ops->ipc_close(in, ptr);
+}
+
 static void fault_destroy(gm_backend *b)
 {
     free(fault_of(b));
@@ -224,6 +277,13 @@ static const gm_backend_ops fault_ops = {
     .mem_info = fault_mem_info,
     .info = fault_info,
     .clock_ns = fault_clock_ns,
+    .peer_can_access = fault_peer_can_access,
+    .peer_enable = fault_peer_enable,
+    .peer_map_access = fault_peer_map_access,
+    .ipc_export = fault_ipc_export,
+    .ipc_unexport = fault_ipc_unexport,
+    .ipc_open = fault_ipc_open,
+    .ipc_close = fault_ipc_close,
     .destroy = fault_destroy,
 };
 

@@ -41,8 +41,12 @@
 #include "backend.h"
 
 #include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -66,7 +70,7 @@ static const size_t SIM_VA_PER_CAPACITY_HOST = 8;
 static const uint32_t SIM_NO_SLOT = UINT32_MAX;
 static const uint64_t SIM_STREAM_TAG = 0x51;                /* low bits of a stream handle */
 
-typedef enum range_kind { RANGE_SEGMENT, RANGE_RESERVE } range_kind;
+typedef enum range_kind { RANGE_SEGMENT, RANGE_RESERVE, RANGE_IMPORT } range_kind;
 
 typedef struct live_range {
     uintptr_t start;
@@ -74,7 +78,7 @@ typedef struct live_range {
     size_t span;     /* address space (and, for segments, capacity) taken */
     range_kind kind;
     uint32_t *pages; /* reservations: physical slot + 1 per granule, 0 = unmapped */
-    size_t mapped;   /* reservations: granules mapped */
+    size_t mapped;   /* reservations: granules mapped; imports: the opened pointer - start */
 } live_range;
 
 typedef struct va_extent {
@@ -90,6 +94,7 @@ typedef struct phys_slot {
     uint32_t next_free;
     bool live;
     bool released; /* handle released while mapped: freed by the unmap */
+    uint64_t peers; /* while mapped: bit d = device d may access it too (cuMemSetAccess) */
 } phys_slot;
 
 typedef struct event_slot {
@@ -114,18 +119,42 @@ typedef struct sim_stream {
     bool live;
 } sim_stream;
 
-typedef struct sim {
-    gm_backend base; /* first, so a gm_backend * is a sim * */
-    pthread_mutex_t lock;
+/* Devices of one simulated machine: they share one lock and a peer topology. */
+enum { SIM_MAX_DEVICES = 64 };
+typedef struct sim sim;
+typedef struct sim_system {
+    pthread_mutex_t lock; /* guards every device of the system */
     bool lock_held;
+    int live;             /* devices not yet destroyed */
+    sim *dev[SIM_MAX_DEVICES];
+    uint64_t reach[SIM_MAX_DEVICES]; /* bit j of reach[i]: a peer path lets j access i */
+} sim_system;
+
+/* An IPC export: its manifest (what another process reads to open it) and the range it pins. */
+typedef struct sim_export {
+    uint64_t serial;
+    int manifest_fd;
+    uintptr_t addr;
+    size_t size;
+} sim_export;
+
+struct sim {
+    gm_backend base; /* first, so a gm_backend * is a sim * */
+    sim_system *sys;
+    int ordinal;
+    uint64_t plain_peers; /* bit d: device d may access every plain segment (peer access) */
     bool manual_streams, no_costs;
     size_t capacity, gran, used;
     _Atomic uint64_t clock;
 
     uintptr_t va_base;
     size_t va_size;
-    void *host_map; /* host backing: the whole address space */
+    void *host_map; /* host backing: the whole address space, a MAP_SHARED memfd */
     size_t host_map_size;
+    int host_fd;    /* the memfd behind host_map (another process maps exports from it), -1 */
+    sim_export *exports;
+    size_t export_count, export_cap;
+    uint64_t export_serial;
 
     va_extent *free_va;
     size_t free_count, free_cap;
@@ -140,11 +169,11 @@ typedef struct sim {
     uint32_t event_free;
     sim_stream *streams; /* [0] is the default stream; never reused, freed at destroy */
     size_t stream_count, stream_cap;
-} sim;
+};
 
 static const gm_backend_ops sim_ops;
 
-#define ASSERT_LOCKED(s) assert(GM_DEBUG < 2 || (s)->lock_held)
+#define ASSERT_LOCKED(s) assert(GM_DEBUG < 2 || (s)->sys->lock_held)
 
 /* ---------------------------------------------------------------------------------------------
  * Small helpers
@@ -187,14 +216,14 @@ static sim *sim_of(gm_backend *b)
 
 static void sim_lock(sim *s)
 {
-    pthread_mutex_lock(&s->lock);
-    s->lock_held = true;
+    pthread_mutex_lock(&s->sys->lock);
+    s->sys->lock_held = true;
 }
 
 static void sim_unlock(sim *s)
 {
-    s->lock_held = false;
-    pthread_mutex_unlock(&s->lock);
+    s->sys->lock_held = false;
+    pthread_mutex_unlock(&s->sys->lock);
 }
 
 /* Count one device call and charge its modelled cost to the counters and the clock. */
@@ -232,11 +261,12 @@ static uint32_t handle_gen(uint64_t h)
     return (uint32_t)(h >> 32);
 }
 
-/* Give pages of the host backing back to the host; they read as zero afterwards. */
+/* Give pages of the host backing back to the host; they read as zero afterwards (the backing is
+ * a shared file: MADV_REMOVE punches the hole that MADV_DONTNEED would not). */
 static void host_discard(sim *s, uintptr_t addr, size_t size)
 {
     if (s->host_map && size)
-        madvise((void *)addr, size, MADV_DONTNEED);
+        madvise((void *)addr, size, MADV_REMOVE);
 }
 
 static unsigned char *host_buffer_new(size_t size)
@@ -391,12 +421,65 @@ static bool range_accessible_locked(sim *s, uintptr_t addr, size_t size)
         size = 1;
     if (!lr || size > lr->size - off)
         return false;
-    if (lr->kind == RANGE_SEGMENT)
+    if (lr->kind != RANGE_RESERVE)
         return true;
     for (size_t g = off / s->gran; g <= (off + size - 1) / s->gran; g++)
         if (!lr->pages[g])
             return false;
     return true;
+}
+
+/* The device of s's system whose memory holds addr (s itself first), or NULL. */
+static sim *owner_of_locked(sim *s, uintptr_t addr)
+{
+    if (range_containing_locked(s, addr))
+        return s;
+    for (int d = 0; d < SIM_MAX_DEVICES; d++) {
+        sim *o = s->sys->dev[d];
+        if (o && o != s && range_containing_locked(o, addr))
+            return o;
+    }
+    return NULL;
+}
+
+/* Why device `from` may not access [addr, addr + size) of device o, or NULL if it may: o's own
+ * memory, or memory of a peer that granted access (plain segments: peer_enable; VMM: an access
+ * descriptor on every mapping covered). */
+static const char *access_denial_locked(sim *o, int from, uintptr_t addr, size_t size)
+{
+    if (!range_accessible_locked(o, addr, size))
+        return "not device memory";
+    if (o->ordinal == from)
+        return NULL;
+    if (!(o->sys->reach[o->ordinal] >> from & 1))
+        return "no peer path between the devices";
+    live_range *lr = range_containing_locked(o, addr);
+    if (lr->kind == RANGE_IMPORT)
+        return "memory opened from another process is not shared with peers";
+    if (lr->kind == RANGE_SEGMENT)
+        return o->plain_peers >> from & 1 ? NULL
+                                          : "peer access not enabled (cuCtxEnablePeerAccess)";
+    size_t off = addr - lr->start, last = size ? off + size - 1 : off;
+    for (size_t g = off / o->gran; g <= last / o->gran; g++)
+        if (!(o->phys[lr->pages[g] - 1].peers >> from & 1))
+            return "the mapping has no access descriptor for the device (cuMemSetAccess)";
+    return NULL;
+}
+
+/* May device s access [addr, addr + size) (its own memory, or a peer's that granted it)? */
+static bool accessible_from_locked(sim *s, uintptr_t addr, size_t size)
+{
+    sim *o = owner_of_locked(s, addr);
+    return o && !access_denial_locked(o, s->ordinal, addr, size);
+}
+
+/* Does [addr, addr + size) overlap memory exported to another process? */
+static bool exported_locked(const sim *s, uintptr_t addr, size_t size)
+{
+    for (size_t i = 0; i < s->export_count; i++)
+        if (addr < s->exports[i].addr + s->exports[i].size && s->exports[i].addr < addr + size)
+            return true;
+    return false;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -651,6 +734,9 @@ static gm_status sim_mem_free(gm_backend *b, uintptr_t addr)
         st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
                                "sim: cuMemFree(%#" PRIxPTR "): CUDA_ERROR_INVALID_VALUE: not the "
                                "start of a live segment", addr);
+    } else if (exported_locked(s, addr, lr->span)) {
+        st = backend_set_error(GM_ERR_BUSY, "sim: cuMemFree(%#" PRIxPTR "): the segment is "
+                               "exported to another process (unexport it first)", addr);
     } else if (!va_make_room_locked(s)) {
         st = host_memory_error("mem_free");
     } else {
@@ -832,6 +918,7 @@ static gm_status sim_map(gm_backend *b, uintptr_t addr, size_t size, gm_phys phy
             lr->pages[g] = slot + 1;
         lr->mapped += n;
         p->mapped_at = addr;
+        p->peers = 0; /* a new mapping is accessible from this device only */
         if (p->bytes) { /* host backing: the run's bytes appear at their new address */
             memcpy((void *)addr, p->bytes, size);
             host_buffer_free(p->bytes, size);
@@ -895,6 +982,9 @@ static gm_status sim_unmap(gm_backend *b, uintptr_t addr, size_t size)
                                "sim: cuMemUnmap(%#" PRIxPTR ", %zu): CUDA_ERROR_INVALID_VALUE: "
                                "the range must cover whole mappings and no unmapped page",
                                addr, size);
+    } else if (exported_locked(s, addr, size)) {
+        st = backend_set_error(GM_ERR_BUSY, "sim: cuMemUnmap(%#" PRIxPTR ", %zu): the pages are "
+                               "exported to another process (unexport them first)", addr, size);
     } else if (!unmap_prepare_buffers_locked(s, lr, first, n)) {
         st = host_memory_error("unmap");
     } else {
@@ -930,8 +1020,8 @@ static gm_status sim_copy(gm_backend *b, uintptr_t dst, uintptr_t src, size_t si
     bool overlap = size && dst < src + size && src < dst + size;
     if (!stream_index_locked(s, str, &si)) {
         st = bad_stream_error("copy", str);
-    } else if (overlap || (size && (!range_accessible_locked(s, dst, size) ||
-                                    !range_accessible_locked(s, src, size)))) {
+    } else if (overlap || (size && (!accessible_from_locked(s, dst, size) ||
+                                    !accessible_from_locked(s, src, size)))) {
         st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
                                "sim: cuMemcpyDtoDAsync(%#" PRIxPTR ", %#" PRIxPTR ", %zu): "
                                "CUDA_ERROR_INVALID_VALUE: %s", dst, src, size,
@@ -1059,6 +1149,263 @@ static gm_status sim_stream_sync(gm_backend *b, gm_stream str)
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Peer access between the devices of one system (docs/multi-gpu.md)
+ * ------------------------------------------------------------------------------------------- */
+
+/* `peer` as a device of s's system, or NULL (another kind of backend, another system). */
+static sim *peer_in_system(sim *s, gm_backend *peer)
+{
+    if (!peer || peer->ops != &sim_ops || sim_of(peer)->sys != s->sys)
+        return NULL;
+    return sim_of(peer);
+}
+
+static gm_status sim_peer_can_access(gm_backend *b, gm_backend *peer, bool *out)
+{
+    sim *s = sim_of(b);
+    sim_lock(s);
+    sim *p = peer_in_system(s, peer);
+    *out = p && p != s && (s->sys->reach[s->ordinal] >> p->ordinal & 1);
+    sim_unlock(s);
+    return GM_OK;
+}
+
+static gm_status no_peer_path_error(const char *what, const sim *s, gm_backend *peer)
+{
+    return backend_set_error(GM_ERR_UNSUPPORTED, "sim: %s: CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: "
+                             "no peer path from %s to sim device %d", what,
+                             peer && peer->ops == &sim_ops ? "that device" :
+                             "a device of another system", s->ordinal);
+}
+
+static gm_status sim_peer_enable(gm_backend *b, gm_backend *peer)
+{
+    sim *s = sim_of(b);
+    bool ok = false;
+    gm_status st = sim_peer_can_access(b, peer, &ok);
+    if (st != GM_OK || !ok)
+        return st != GM_OK ? st : no_peer_path_error("cuCtxEnablePeerAccess", s, peer);
+    sim_lock(s);
+    s->plain_peers |= 1ull << sim_of(peer)->ordinal;
+    sim_unlock(s);
+    return GM_OK;
+}
+
+static gm_status sim_peer_map_access(gm_backend *b, gm_backend *peer, uintptr_t addr, size_t size)
+{
+    sim *s = sim_of(b);
+    bool ok = false;
+    gm_status st = sim_peer_can_access(b, peer, &ok);
+    if (st != GM_OK || !ok)
+        return st != GM_OK ? st : no_peer_path_error("cuMemSetAccess", s, peer);
+    if (!b->caps.vmm)
+        return no_vmm_error("peer_map_access");
+    sim_lock(s);
+    live_range *lr = vmm_range_locked(s, addr, size, "cuMemSetAccess");
+    size_t first = lr ? (addr - lr->start) / s->gran : 0, n = size / s->gran;
+    if (!lr) {
+        st = GM_ERR_INVALID_ARGUMENT;
+    } else if (!unmap_covers_whole_mappings_locked(s, lr, first, n)) {
+        st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                               "sim: cuMemSetAccess(%#" PRIxPTR ", %zu): CUDA_ERROR_INVALID_VALUE:"
+                               " the range must cover whole mappings", addr, size);
+    } else {
+        for (size_t g = first; g < first + n; g += s->phys[lr->pages[g] - 1].size / s->gran)
+            s->phys[lr->pages[g] - 1].peers |= 1ull << sim_of(peer)->ordinal;
+    }
+    sim_unlock(s);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Sharing with other processes (docs/multi-gpu.md). Host backing is one shared memfd, so an
+ * export is a file range of it: the importer opens the exporter's memfd through /proc/PID/fd
+ * and maps that range into its own simulated address space. Each export also has a manifest
+ * memfd holding the blob; it is closed at unexport, so a stale handle no longer opens.
+ * ------------------------------------------------------------------------------------------- */
+
+static const uint64_t SIM_IPC_MAGIC = 0x43504953424d4750ull; /* "PGMBSIPC" */
+
+typedef struct sim_ipc_blob {
+    uint64_t magic, serial;
+    uint64_t file_offset, size;
+    int32_t host_fd, manifest_fd;
+    int32_t ordinal, vmm;
+} sim_ipc_blob;
+static_assert(sizeof(sim_ipc_blob) <= IPC_BLOB_BYTES, "the sim's blob fits an ipc_blob");
+
+static gm_status bad_ipc_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static gm_status bad_ipc_error(const char *fmt, ...)
+{
+    char text[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    return backend_set_error(GM_ERR_INVALID_ARGUMENT, "sim: %s", text);
+}
+
+/* The bytes an export of [addr, addr + size) shares -- a whole live segment (plain: addr its
+ * start, the segment's 2 MiB granules) or whole mappings (vmm) -- or 0 if it is not one. */
+static size_t exportable_locked(sim *s, uintptr_t addr, size_t size, bool vmm)
+{
+    live_range *lr = range_containing_locked(s, addr);
+    if (!lr || !size || !range_accessible_locked(s, addr, size))
+        return 0;
+    if (!vmm)
+        return lr->kind == RANGE_SEGMENT && lr->start == addr && size <= lr->span ? lr->span : 0;
+    bool whole = lr->kind == RANGE_RESERVE && (addr - lr->start) % s->gran == 0 &&
+                 size % s->gran == 0 &&
+                 unmap_covers_whole_mappings_locked(s, lr, (addr - lr->start) / s->gran,
+                                                    size / s->gran);
+    return whole ? size : 0;
+}
+
+static gm_status sim_ipc_export(gm_backend *b, uintptr_t addr, size_t size, bool vmm,
+                                ipc_blob *out)
+{
+    sim *s = sim_of(b);
+    if (!s->host_map)
+        return backend_set_error(GM_ERR_UNSUPPORTED, "sim: IPC export needs a host_backed "
+                                 "simulated device (the bytes must live in shared memory)");
+    gm_status st = GM_OK;
+    sim_lock(s);
+    sim_ipc_blob blob = {SIM_IPC_MAGIC, s->export_serial + 1, addr - (uintptr_t)s->host_map,
+                         exportable_locked(s, addr, size, vmm), s->host_fd, -1, s->ordinal, vmm};
+    if (!blob.size) {
+        st = bad_ipc_error("ipc_export(%#" PRIxPTR ", %zu): CUDA_ERROR_INVALID_VALUE: not %s",
+                           addr, size, vmm ? "whole mapped pages" : "a whole live segment");
+    } else if (!grow_array((void **)&s->exports, &s->export_cap, s->export_count + 1,
+                           sizeof(sim_export))) {
+        st = host_memory_error("ipc_export");
+    } else if ((blob.manifest_fd = ipc_manifest_create(&blob, sizeof blob)) < 0) {
+        st = backend_set_error(GM_ERR_HOST_MEMORY, "sim: ipc_export: cannot create the "
+                               "manifest memfd: %s", strerror(errno));
+    } else {
+        /* The manifest holds the blob with manifest_fd -1; the handle carries the real fd. */
+        s->exports[s->export_count++] = (sim_export){blob.serial, blob.manifest_fd, addr,
+                                                     blob.size};
+        s->export_serial++;
+        memset(out, 0, sizeof *out);
+        memcpy(out->bytes, &blob, sizeof blob);
+    }
+    sim_unlock(s);
+    return st;
+}
+
+static gm_status sim_ipc_unexport(gm_backend *b, const ipc_blob *in)
+{
+    sim *s = sim_of(b);
+    sim_ipc_blob blob;
+    memcpy(&blob, in->bytes, sizeof blob);
+    gm_status st = GM_OK;
+    sim_lock(s);
+    size_t i = 0;
+    while (i < s->export_count && s->exports[i].serial != blob.serial)
+        i++;
+    if (blob.magic != SIM_IPC_MAGIC || i == s->export_count) {
+        st = bad_ipc_error("ipc_unexport: export %" PRIu64 " is not live on device %d",
+                           blob.serial, s->ordinal);
+    } else {
+        close(s->exports[i].manifest_fd);
+        s->exports[i] = s->exports[--s->export_count];
+    }
+    sim_unlock(s);
+    return st;
+}
+
+/* Check an imported blob against what process `pid` says of it; open its memory file. */
+static gm_status ipc_blob_verify(const sim *s, const sim_ipc_blob *blob, int pid, int *fd_out)
+{
+    size_t host_page = (size_t)sysconf(_SC_PAGESIZE);
+    if (blob->magic != SIM_IPC_MAGIC || !blob->size || blob->size % host_page ||
+        blob->file_offset % host_page)
+        return bad_ipc_error("ipc_open: CUDA_ERROR_INVALID_VALUE: not a simulated-device IPC "
+                             "handle");
+    if (blob->ordinal != s->ordinal)
+        return bad_ipc_error("ipc_open: the handle is memory of sim device %d; this is device %d",
+                             (int)blob->ordinal, s->ordinal);
+    sim_ipc_blob manifest, expect = *blob;
+    expect.manifest_fd = -1;
+    if (!ipc_manifest_read(pid, blob->manifest_fd, &manifest, sizeof manifest) ||
+        memcmp(&manifest, &expect, sizeof manifest) != 0)
+        return bad_ipc_error("ipc_open: stale handle: process %d has no live export %" PRIu64
+                             " (released, or the process exited)", pid, blob->serial);
+    *fd_out = ipc_proc_fd_open(pid, blob->host_fd, O_RDWR);
+    if (*fd_out < 0)
+        return bad_ipc_error("ipc_open: cannot open the device memory of process %d: %s", pid,
+                             strerror(errno));
+    return GM_OK;
+}
+
+static gm_status sim_ipc_open(gm_backend *b, const ipc_blob *in, int pid, size_t offset,
+                              uintptr_t *out)
+{
+    sim *s = sim_of(b);
+    if (!s->host_map)
+        return backend_set_error(GM_ERR_UNSUPPORTED, "sim: IPC import needs a host_backed "
+                                 "simulated device");
+    sim_ipc_blob blob;
+    memcpy(&blob, in->bytes, sizeof blob);
+    int fd = -1;
+    gm_status st = ipc_blob_verify(s, &blob, pid, &fd);
+    if (st != GM_OK)
+        return st;
+    if (offset >= blob.size) {
+        close(fd);
+        return bad_ipc_error("ipc_open: offset %zu is outside the %" PRIu64 "-byte export", offset,
+                             blob.size);
+    }
+    uintptr_t addr = 0;
+    sim_lock(s);
+    if (!range_make_room_locked(s) || !va_make_room_locked(s)) {
+        st = host_memory_error("ipc_open");
+    } else if (!va_take_locked(s, blob.size, s->gran, &addr)) {
+        st = backend_set_error(GM_ERR_OUT_OF_MEMORY, "sim: ipc_open(%" PRIu64 " bytes): address "
+                               "space exhausted", blob.size);
+    } else if (mmap((void *)addr, blob.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+                    (off_t)blob.file_offset) == MAP_FAILED) {
+        st = backend_set_error(GM_ERR_BACKEND, "sim: ipc_open: mmap of the exporter's memory "
+                               "failed: %s", strerror(errno));
+        va_give_locked(s, addr, blob.size);
+    } else {
+        range_insert_locked(s, &(live_range){addr, blob.size, blob.size, RANGE_IMPORT, NULL,
+                                             offset});
+        *out = addr + offset;
+    }
+    sim_unlock(s);
+    close(fd);
+    return st;
+}
+
+static gm_status sim_ipc_close(gm_backend *b, uintptr_t ptr)
+{
+    sim *s = sim_of(b);
+    gm_status st = GM_OK;
+    sim_lock(s);
+    live_range *lr = range_containing_locked(s, ptr);
+    if (!lr || lr->kind != RANGE_IMPORT || lr->start + lr->mapped != ptr) {
+        st = bad_ipc_error("ipc_close(%#" PRIxPTR "): CUDA_ERROR_INVALID_VALUE: not a pointer "
+                           "opened by ipc_open on device %d (closed twice?)", ptr, s->ordinal);
+    } else if (!va_make_room_locked(s)) {
+        st = host_memory_error("ipc_close");
+    } else {
+        uintptr_t start = lr->start;
+        size_t size = lr->span;
+        /* Put this device's own (empty) backing back in place of the exporter's memory. */
+        if (mmap((void *)start, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, s->host_fd,
+                 (off_t)(start - (uintptr_t)s->host_map)) == MAP_FAILED)
+            st = backend_set_error(GM_ERR_BACKEND, "sim: ipc_close: remapping failed: %s",
+                                   strerror(errno));
+        host_discard(s, start, size);
+        va_give_locked(s, start, size);
+        range_remove_locked(s, lr);
+    }
+    sim_unlock(s);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Device queries and lifetime
  * ------------------------------------------------------------------------------------------- */
 
@@ -1083,6 +1430,7 @@ static gm_status sim_info(gm_backend *b, gm_device_info *out)
     memset(out, 0, sizeof *out);
     strcpy(out->name, "sim (simulated H200)");
     strcpy(out->backend, "sim");
+    out->ordinal = s->ordinal;
     sim_lock(s);
     out->total_bytes = s->capacity;
     out->free_bytes = s->capacity - s->used;
@@ -1098,9 +1446,29 @@ static uint64_t sim_clock_ns(gm_backend *b)
     return atomic_load_explicit(&sim_of(b)->clock, memory_order_relaxed);
 }
 
+/* Leave the system; the last device out frees it. */
+static void system_leave(sim *s)
+{
+    sim_system *sys = s->sys;
+    pthread_mutex_lock(&sys->lock);
+    sys->dev[s->ordinal] = NULL;
+    bool last = --sys->live == 0;
+    pthread_mutex_unlock(&sys->lock);
+    if (last) {
+        pthread_mutex_destroy(&sys->lock);
+        free(sys);
+    }
+}
+
 static void sim_destroy(gm_backend *b)
 {
     sim *s = sim_of(b);
+    system_leave(s); /* from here no other device looks at this one */
+    for (size_t i = 0; i < s->export_count; i++)
+        close(s->exports[i].manifest_fd);
+    free(s->exports);
+    if (s->host_fd >= 0)
+        close(s->host_fd);
     for (size_t i = 0; i < s->range_count; i++)
         free(s->ranges[i].pages);
     for (size_t i = 0; i < s->phys_count; i++)
@@ -1115,7 +1483,6 @@ static void sim_destroy(gm_backend *b)
     free(s->phys);
     free(s->events);
     free(s->streams);
-    pthread_mutex_destroy(&s->lock);
     free(s);
 }
 
@@ -1138,6 +1505,13 @@ static const gm_backend_ops sim_ops = {
     .mem_info = sim_mem_info,
     .info = sim_info,
     .clock_ns = sim_clock_ns,
+    .peer_can_access = sim_peer_can_access,
+    .peer_enable = sim_peer_enable,
+    .peer_map_access = sim_peer_map_access,
+    .ipc_export = sim_ipc_export,
+    .ipc_unexport = sim_ipc_unexport,
+    .ipc_open = sim_ipc_open,
+    .ipc_close = sim_ipc_close,
     .destroy = sim_destroy,
 };
 
@@ -1146,10 +1520,15 @@ static const gm_backend_ops sim_ops = {
 static gm_status sim_map_host_space(sim *s, size_t align)
 {
     size_t want = s->va_size;
+    s->host_fd = memfd_create("gpumem-sim", MFD_CLOEXEC);
+    if (s->host_fd < 0)
+        return backend_set_error(GM_ERR_HOST_MEMORY, "sim: memfd_create failed: %s",
+                                 strerror(errno));
     for (;;) {
         size_t bytes = want + align;
-        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        void *p = ftruncate(s->host_fd, (off_t)bytes) != 0 ? MAP_FAILED
+                  : mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+                         s->host_fd, 0);
         if (p != MAP_FAILED) {
             s->host_map = p;
             s->host_map_size = bytes;
@@ -1157,17 +1536,24 @@ static gm_status sim_map_host_space(sim *s, size_t align)
             s->va_size = want;
             return GM_OK;
         }
-        if (want / 2 < s->capacity)
+        if (want / 2 < s->capacity) {
+            close(s->host_fd);
+            s->host_fd = -1;
             return backend_set_error(GM_ERR_HOST_MEMORY,
                                      "sim: cannot map %zu bytes of host memory to back the "
                                      "device; use a smaller capacity", want + align);
+        }
         want /= 2;
     }
 }
 
-static gm_status sim_check_config(const gm_sim_config *cfg, size_t capacity, size_t gran)
+static gm_status sim_check_config(const gm_sim_config *cfg, size_t capacity, size_t gran,
+                                  int count)
 {
     size_t host_page = (size_t)sysconf(_SC_PAGESIZE);
+    if (count < 1 || count > SIM_MAX_DEVICES)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "sim: %d devices: want 1 to %d", count,
+                                 SIM_MAX_DEVICES);
     if (!is_pow2(gran) || gran < GM_ALIGNMENT || (cfg->host_backed && gran < host_page))
         return backend_set_error(GM_ERR_INVALID_ARGUMENT,
                                  "sim: vmm_granularity %zu must be a power of two >= %u "
@@ -1176,49 +1562,53 @@ static gm_status sim_check_config(const gm_sim_config *cfg, size_t capacity, siz
         return backend_set_error(GM_ERR_INVALID_ARGUMENT,
                                  "sim: capacity %zu is smaller than one %zu-byte page", capacity,
                                  gran);
-    if (capacity > (SIZE_MAX - SIM_VA_BASE) / (SIM_VA_PER_CAPACITY + 1))
+    /* Without host backing, device d's addresses start at SIM_VA_BASE + d x its address space. */
+    if (capacity > (SIZE_MAX - SIM_VA_BASE) / (SIM_VA_PER_CAPACITY * (size_t)count + 1))
         return backend_set_error(GM_ERR_INVALID_ARGUMENT, "sim: capacity %zu is too large",
                                  capacity);
     return GM_OK;
 }
 
-gm_status gm_sim_backend_create(const gm_sim_config *cfg, gm_backend **out)
+/* Free a device that never joined its system. */
+static void sim_free_unjoined(sim *s)
 {
-    gm_sim_config zero = {0};
-    if (!out)
-        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_sim_backend_create: NULL out");
-    if (!cfg)
-        cfg = &zero;
+    if (s->host_map)
+        munmap(s->host_map, s->host_map_size);
+    if (s->host_fd >= 0)
+        close(s->host_fd);
+    free(s->free_va);
+    free(s->streams);
+    free(s);
+}
+
+/* Device `ordinal` of system `sys` (which it joins on success). */
+static gm_status sim_device_new(const gm_sim_config *cfg, sim_system *sys, int ordinal,
+                                gm_backend **out)
+{
     size_t capacity = cfg->capacity ? cfg->capacity : SIM_DEFAULT_CAPACITY;
     size_t gran = cfg->vmm_granularity ? cfg->vmm_granularity : SIM_DEFAULT_GRANULARITY;
-    gm_status st = sim_check_config(cfg, capacity, gran);
-    if (st != GM_OK)
-        return st;
-
     sim *s = calloc(1, sizeof *s);
     if (!s)
         return host_memory_error("gm_sim_backend_create");
+    s->sys = sys;
+    s->ordinal = ordinal;
+    s->host_fd = -1;
     s->capacity = capacity;
     s->gran = gran;
     s->manual_streams = cfg->manual_streams != 0;
     s->no_costs = cfg->no_costs != 0;
-    s->va_base = SIM_VA_BASE;
     s->va_size = capacity * (cfg->host_backed ? SIM_VA_PER_CAPACITY_HOST : SIM_VA_PER_CAPACITY);
+    s->va_base = SIM_VA_BASE + (uintptr_t)ordinal * s->va_size;
     s->phys_free = s->event_free = SIM_NO_SLOT;
     atomic_init(&s->clock, 0);
     size_t align = gran > SIM_SEGMENT_GRANULE ? gran : SIM_SEGMENT_GRANULE;
-    if (cfg->host_backed && (st = sim_map_host_space(s, align)) != GM_OK) {
-        free(s);
-        return st;
-    }
+    gm_status st = cfg->host_backed ? sim_map_host_space(s, align) : GM_OK;
     uint32_t default_stream = 0;
-    if (pthread_mutex_init(&s->lock, NULL) != 0 || !va_make_room_locked(s) ||
-        !stream_new_locked(s, &default_stream)) {
-        if (s->host_map)
-            munmap(s->host_map, s->host_map_size);
-        free(s->free_va);
-        free(s);
-        return host_memory_error("gm_sim_backend_create");
+    if (st == GM_OK && (!va_make_room_locked(s) || !stream_new_locked(s, &default_stream)))
+        st = host_memory_error("gm_sim_backend_create");
+    if (st != GM_OK) {
+        sim_free_unjoined(s);
+        return st;
     }
     s->free_va[0] = (va_extent){s->va_base, s->va_size};
     s->free_count = 1;
@@ -1229,10 +1619,54 @@ gm_status gm_sim_backend_create(const gm_sim_config *cfg, gm_backend **out)
         .capacity = capacity,
         .host_backed = cfg->host_backed != 0,
         .simulated = true,
+        .ordinal = ordinal,
     };
     backend_init(&s->base, &sim_ops, &caps);
+    sys->dev[ordinal] = s;
+    sys->live++;
     *out = &s->base;
     return GM_OK;
+}
+
+gm_status gm_sim_devices_create(const gm_sim_config *cfg, int count, gm_backend **out)
+{
+    gm_sim_config zero = {0};
+    if (!out)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_sim_devices_create: NULL out");
+    if (!cfg)
+        cfg = &zero;
+    size_t capacity = cfg->capacity ? cfg->capacity : SIM_DEFAULT_CAPACITY;
+    size_t gran = cfg->vmm_granularity ? cfg->vmm_granularity : SIM_DEFAULT_GRANULARITY;
+    gm_status st = sim_check_config(cfg, capacity, gran, count);
+    if (st != GM_OK)
+        return st;
+    sim_system *sys = calloc(1, sizeof *sys);
+    if (!sys || pthread_mutex_init(&sys->lock, NULL) != 0) {
+        free(sys);
+        return host_memory_error("gm_sim_devices_create");
+    }
+    uint64_t all = count == 64 ? UINT64_MAX : (1ull << count) - 1;
+    for (int d = 0; d < count; d++)
+        sys->reach[d] = all & ~(1ull << d); /* every pair has a peer path (NVLink), by default */
+    int made = 0;
+    while (made < count && (st = sim_device_new(cfg, sys, made, &out[made])) == GM_OK)
+        made++;
+    if (st == GM_OK)
+        return GM_OK;
+    if (made == 0) {
+        pthread_mutex_destroy(&sys->lock);
+        free(sys);
+    }
+    while (made > 0)
+        sim_destroy(out[--made]); /* the last one frees the system */
+    return st;
+}
+
+gm_status gm_sim_backend_create(const gm_sim_config *cfg, gm_backend **out)
+{
+    if (!out)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_sim_backend_create: NULL out");
+    return gm_sim_devices_create(cfg, 1, out);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1362,4 +1796,42 @@ gm_status gm_sim_advance_clock(gm_backend *backend, uint64_t ns)
     if (s)
         atomic_fetch_add_explicit(&s->clock, ns, memory_order_relaxed);
     return st;
+}
+
+gm_status gm_sim_set_peer(gm_backend *owner, gm_backend *accessor, int reachable)
+{
+    gm_status st, st2;
+    sim *o = sim_control(owner, "gm_sim_set_peer", &st);
+    sim *a = sim_control(accessor, "gm_sim_set_peer", &st2);
+    if (!o || !a)
+        return o ? st2 : st;
+    if (o->sys != a->sys || o == a)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_sim_set_peer: want two different "
+                                 "devices of one simulated system");
+    sim_lock(o);
+    if (reachable)
+        o->sys->reach[o->ordinal] |= 1ull << a->ordinal;
+    else
+        o->sys->reach[o->ordinal] &= ~(1ull << a->ordinal);
+    sim_unlock(o);
+    return GM_OK;
+}
+
+gm_status gm_sim_access_check(gm_backend *device, const void *dev, size_t size)
+{
+    gm_status st;
+    sim *s = sim_control(device, "gm_sim_access_check", &st);
+    if (!s)
+        return st;
+    uintptr_t addr = (uintptr_t)dev;
+    sim_lock(s);
+    sim *o = owner_of_locked(s, addr);
+    const char *why = o ? access_denial_locked(o, s->ordinal, addr, size)
+                        : "not memory of any device of the system";
+    int owner = o ? o->ordinal : -1;
+    sim_unlock(s);
+    if (!why)
+        return GM_OK;
+    return backend_set_error(GM_ERR_INVALID_ARGUMENT, "sim: device %d cannot access [%p, +%zu) "
+                             "of device %d: %s", s->ordinal, dev, size, owner, why);
 }

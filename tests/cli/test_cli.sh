@@ -143,6 +143,17 @@ run 0 info;                      has "$T/out" "capacity"; has "$T/out" "VMM"; ha
 run 0 info --json --set sim.capacity=16G --set sim.granularity=4M
 json "$T/out" "d['total_bytes'] == 16 << 30 and d['vmm_granularity'] == 4 << 20"
 json "$T/out" "d['backend'] == 'sim' and 'driver_version' in d and 'free_bytes' in d"
+# Several devices: info lists each, --device picks one, replay runs on the one it names.
+run 0 info --set sim.devices=3;  has "$T/out" "device 2 of 3"; has "$T/out" "ordinal          1"
+run 0 info --json --set sim.devices=3 --device 2
+json "$T/out" "d['ordinal'] == 2 and [x['ordinal'] for x in d['devices']] == [2]"
+run 0 info --json --set sim.devices=2
+json "$T/out" "[x['ordinal'] for x in d['devices']] == [0, 1]"
+run 1 info --device 1;           has "$T/err" "no sim device 1: the simulated machine has 1 device"
+run 2 info --device x;           has "$T/err" "--device"
+run 2 info --device 64;          has "$T/err" "0..63"
+run 0 replay --json --set sim.devices=2 --device 1 "$good"
+json "$T/out" "d['device_ordinal'] == 1"
 "$GPUMEM" info --backend cuda >"$T/out" 2>"$T/err"
 case $? in
 0) has "$T/out" "cuda" ;;

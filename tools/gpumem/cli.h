@@ -86,7 +86,9 @@ typedef enum backend_kind { BACKEND_SIM = 0, BACKEND_CUDA } backend_kind;
 typedef struct cli_settings {
     gm_config pool;
     gm_sim_config sim;
+    unsigned sim_devices; /* simulated devices of the machine (sim.devices); 0 = the default */
     backend_kind backend;
+    int device;           /* --device: which device of the machine (default 0) */
 } cli_settings;
 
 /* Parse "KEY=VALUE" (one --set) into s. Returns 0, or -1 with a message in err. */
@@ -192,8 +194,12 @@ typedef struct replay_result {
 int replay_run(const trace *t, const replay_options *o, replay_result *r, char *err,
                size_t errlen);
 void replay_result_free(replay_result *r);
-/* Open the backend the settings name. Returns EXIT_OK_ or EXIT_RUNTIME with a message. */
+/* Open the backend the settings name: device s->device (sim: of a simulated machine of
+ * sim.devices devices). Returns EXIT_OK_ or EXIT_RUNTIME with a message. */
 int backend_open(const cli_settings *s, gm_backend **out, char *err, size_t errlen);
+/* How many devices the settings' backend has (sim: sim.devices; cuda: what the driver sees, 1
+ * when it cannot tell: opening the device then says why). */
+int backend_device_count(const cli_settings *s);
 
 /* ---- reports --------------------------------------------------------------------------- */
 
@@ -218,9 +224,10 @@ typedef struct cli_options {
     double movable;    /* replay only: --movable, --defrag, --defrag-gap */
     int defrag;
     double defrag_gap;
+    int device_given;  /* --device was on the command line */
 } cli_options;
 
-/* Which options a subcommand accepts: --backend and --set; --strategy and --segments; --json;
+/* Which options a subcommand accepts: --backend, --device and --set; --strategy and --segments; --json;
  * --html; --strict, --check, --no-progress and trace paths; --movable, --defrag and
  * --defrag-gap. */
 enum {

@@ -1,5 +1,6 @@
 /*
- * `gpumem info`: what gm_backend_info says about the simulated or real device.
+ * `gpumem info`: what gm_backend_info says about the devices of the simulated or real machine:
+ * every device, or the one --device names.
  */
 #include "cli.h"
 
@@ -8,29 +9,45 @@
 static const char INFO_USAGE[] =
     "usage: gpumem info [options]\n"
     "\n"
-    "Describe the device: name, backend, capacity, free memory, VMM support and granularity,\n"
-    "driver version.\n"
+    "List the devices: name, backend, ordinal, capacity, free memory, VMM support and\n"
+    "granularity, driver version.\n"
     "\n"
     "options:\n"
-    "  --backend sim|cuda   which device (default sim; cuda opens device 0)\n"
-    "  --set KEY=VALUE      simulated-device settings (sim.*) shape the simulated device\n"
-    "  --json               print a JSON object\n"
+    "  --backend sim|cuda   which machine (default sim)\n"
+    "  --device N           describe device N only (default: every device)\n"
+    "  --set KEY=VALUE      simulated-device settings (sim.*) shape the simulated devices;\n"
+    "                       sim.devices=K gives the machine K devices\n"
+    "  --json               print a JSON object: the first device listed, and \"devices\":\n"
+    "                       every device listed\n"
     "  -h, --help           this help\n";
 
-static void print_json(const gm_device_info *d)
+static void json_fields(jw *w, const gm_device_info *d)
+{
+    jw_string(w, "name", d->name);
+    jw_string(w, "backend", d->backend);
+    jw_u64(w, "ordinal", (uint64_t)d->ordinal);
+    jw_u64(w, "total_bytes", d->total_bytes);
+    jw_u64(w, "free_bytes", d->free_bytes);
+    jw_raw(w, "vmm_supported", d->vmm_supported ? "true" : "false");
+    jw_u64(w, "vmm_granularity", d->vmm_granularity);
+    jw_u64(w, "driver_version", (uint64_t)d->driver_version);
+    jw_raw(w, "host_backed", d->host_backed ? "true" : "false");
+}
+
+/* The first device's fields at the top (the one-device format), then every device. */
+static void print_json(const gm_device_info *d, int n)
 {
     jw w;
     jw_init(&w, stdout);
     jw_begin_object(&w, NULL);
-    jw_string(&w, "name", d->name);
-    jw_string(&w, "backend", d->backend);
-    jw_u64(&w, "ordinal", (uint64_t)d->ordinal);
-    jw_u64(&w, "total_bytes", d->total_bytes);
-    jw_u64(&w, "free_bytes", d->free_bytes);
-    jw_raw(&w, "vmm_supported", d->vmm_supported ? "true" : "false");
-    jw_u64(&w, "vmm_granularity", d->vmm_granularity);
-    jw_u64(&w, "driver_version", (uint64_t)d->driver_version);
-    jw_raw(&w, "host_backed", d->host_backed ? "true" : "false");
+    json_fields(&w, &d[0]);
+    jw_begin_array(&w, "devices");
+    for (int i = 0; i < n; i++) {
+        jw_begin_object(&w, NULL);
+        json_fields(&w, &d[i]);
+        jw_end_object(&w);
+    }
+    jw_end_array(&w);
     jw_end_object(&w);
     jw_finish(&w);
 }
@@ -65,23 +82,34 @@ int cmd_info(int argc, char **argv)
     free(o.paths);
     if (rc >= 0)
         return rc;
-    gm_backend *b;
-    char err[1024];
-    if (backend_open(&o.settings, &b, err, sizeof err) != EXIT_OK_) {
-        fprintf(stderr, "gpumem: error: %s\n", err);
-        return EXIT_RUNTIME;
-    }
-    gm_device_info d;
-    gm_status st = gm_backend_info(b, &d);
-    gm_backend_destroy(b);
-    if (st != GM_OK) {
-        fprintf(stderr, "gpumem: error: gm_backend_info: %s: %s\n", gm_status_str(st),
-                gm_backend_last_error());
-        return EXIT_RUNTIME;
+    enum { MAX_DEVICES = 64 };
+    int first = o.device_given ? o.settings.device : 0;
+    int count = backend_device_count(&o.settings);
+    int n = o.device_given ? 1 : count < MAX_DEVICES ? count : MAX_DEVICES;
+    gm_device_info d[MAX_DEVICES];
+    for (int i = 0; i < n; i++) {
+        cli_settings s = o.settings;
+        s.device = first + i;
+        gm_backend *b;
+        char err[1024];
+        if (backend_open(&s, &b, err, sizeof err) != EXIT_OK_) {
+            fprintf(stderr, "gpumem: error: %s\n", err);
+            return EXIT_RUNTIME;
+        }
+        gm_status st = gm_backend_info(b, &d[i]);
+        gm_backend_destroy(b);
+        if (st != GM_OK) {
+            fprintf(stderr, "gpumem: error: gm_backend_info: %s: %s\n", gm_status_str(st),
+                    gm_backend_last_error());
+            return EXIT_RUNTIME;
+        }
     }
     if (o.json)
-        print_json(&d);
-    else
-        print_text(&d);
+        print_json(d, n);
+    for (int i = 0; !o.json && i < n; i++) {
+        if (n > 1)
+            printf("%sdevice %d of %d\n", i ? "\n" : "", d[i].ordinal, count);
+        print_text(&d[i]);
+    }
     return fflush(stdout) == 0 ? EXIT_OK_ : EXIT_RUNTIME;
 }

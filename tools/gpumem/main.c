@@ -21,6 +21,8 @@ static const char REPLAY_USAGE[] =
     "\n"
     "options:\n"
     "  --backend sim|cuda   device to replay on (default sim: a simulated H200)\n"
+    "  --device N           which device of the machine (default 0; sim: one of\n"
+    "                       --set sim.devices=K simulated devices)\n"
     "  --strategy NAME      block placement strategy (same as --set strategy=NAME)\n"
     "  --segments plain|vmm segment mode (same as --set segments=MODE)\n"
     "  --set KEY=VALUE      any pool or simulated-device setting (repeatable; keys below)\n"
@@ -141,6 +143,7 @@ static int value_option(int argc, char **argv, int *i, unsigned accepted, const 
         unsigned needs;
         const char *key; /* --set key it stands for; NULL: handled here */
     } table[] = {{"--backend", OPT_DEVICE, NULL},
+                 {"--device", OPT_DEVICE, NULL},
                  {"--set", OPT_DEVICE, ""},
                  {"--strategy", OPT_POOL, "strategy"},
                  {"--segments", OPT_POOL, "segments"},
@@ -160,6 +163,14 @@ static int value_option(int argc, char **argv, int *i, unsigned accepted, const 
             if (strcmp(v, "sim") != 0 && strcmp(v, "cuda") != 0)
                 return 2 + usage_error(command, "--backend: \"%s\" is not sim or cuda", v);
             o->settings.backend = strcmp(v, "cuda") == 0 ? BACKEND_CUDA : BACKEND_SIM;
+        } else if (strcmp(table[k].name, "--device") == 0) {
+            char *end;
+            long d = strtol(v, &end, 10);
+            if (!*v || *end || d < 0 || d > 63)
+                return 2 + usage_error(command, "--device: \"%s\" is not a device number "
+                                       "0..63", v);
+            o->settings.device = (int)d;
+            o->device_given = 1;
         } else {
             char assignment[512], err[1024];
             if (*table[k].key)

@@ -52,10 +52,42 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+int backend_device_count(const cli_settings *s)
+{
+    int n = 0;
+    if (s->backend == BACKEND_SIM)
+        return s->sim_devices ? (int)s->sim_devices : 1;
+    return gm_cuda_device_count(&n) == GM_OK && n > 0 ? n : 1;
+}
+
+/* Device s->device of a simulated machine of sim.devices devices (the others are let go). */
+static gm_status sim_open(const cli_settings *s, gm_backend **out)
+{
+    enum { MAX_SIM_DEVICES = 64 };
+    gm_backend *devs[MAX_SIM_DEVICES];
+    int n = backend_device_count(s);
+    if (n > MAX_SIM_DEVICES)
+        n = MAX_SIM_DEVICES + 1; /* gm_sim_devices_create refuses it and says why */
+    gm_status st = gm_sim_devices_create(&s->sim, n, devs);
+    if (st != GM_OK)
+        return st;
+    for (int d = 0; d < n; d++)
+        if (d != s->device)
+            gm_backend_destroy(devs[d]);
+    *out = devs[s->device];
+    return GM_OK;
+}
+
 int backend_open(const cli_settings *s, gm_backend **out, char *err, size_t errlen)
 {
-    gm_status st = s->backend == BACKEND_CUDA ? gm_cuda_backend_create(0, out)
-                                              : gm_sim_backend_create(&s->sim, out);
+    int n = backend_device_count(s);
+    if (s->backend == BACKEND_SIM && (s->device < 0 || s->device >= n)) {
+        snprintf(err, errlen, "no sim device %d: the simulated machine has %d device%s (set "
+                 "sim.devices)", s->device, n, n == 1 ? "" : "s");
+        return EXIT_RUNTIME;
+    }
+    gm_status st = s->backend == BACKEND_CUDA ? gm_cuda_backend_create(s->device, out)
+                                              : sim_open(s, out);
     if (st == GM_OK)
         return EXIT_OK_;
     const char *msg = gm_backend_last_error();

@@ -73,6 +73,7 @@ void report_json_fields(jw *w, const trace *t, const replay_result *r)
     const gm_stats *fin = &r->final;
     jw_string(w, "trace", t->path);
     jw_string(w, "device", r->device.name);
+    jw_u64(w, "device_ordinal", (uint64_t)r->device.ordinal);
     jw_u64(w, "ops", r->ops);
     jw_u64(w, "allocs", fin->alloc_count + r->oom_count);
     jw_u64(w, "frees", fin->free_count);

@@ -128,6 +128,8 @@ static const setting settings[] = {
     {"sim.no_vmm", SET_BOOL, SIM(no_vmm), "false", "simulate a device without VMM support"},
     {"sim.no_costs", SET_BOOL, SIM(no_costs), "false",
      "do not charge the H200 cost model (device time stays 0)"},
+    {"sim.devices", SET_UNSIGNED, offsetof(cli_settings, sim_devices), "1 (torch shim: 8)",
+     "simulated devices in the machine, 1 to 64 (choose one with --device)"},
 };
 enum { N_SETTINGS = sizeof settings / sizeof settings[0] };
 
