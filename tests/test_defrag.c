@@ -525,7 +525,7 @@ static void vmm_moves_use_mapped_bytes(bool trim_first)
  * freed, so 32 blocks (those of the upper 32 segments) can move down into the lower 32
  * segments' holes. By the H200 cost model a 1 MiB copy is launch-bound (5.3 us), so the default
  * 256 MiB byte budget alone would let one step queue all 32 copies (170 us); the time budget
- * (150 us by default) stops it at 28. `want`: blocks the first step moves. */
+ * (120 us by default) stops it at 22. `want`: blocks the first step moves. */
 static void time_budget(uint64_t step_ns, double bandwidth, size_t max_bytes, unsigned want)
 {
     gm_backend *be = sim_new(1ull << 30);
@@ -740,7 +740,7 @@ int main(void)
 {
     stitching(GM_RELEASE_BEFORE_GROW);
     stitching(GM_RELEASE_ON_OOM);
-    time_budget(0, 0.0, 0, 28);            /* default: 150 us / 5.3 us per copy */
+    time_budget(0, 0.0, 0, 22);            /* default: 120 us / 5.3 us per copy */
     time_budget(20000, 0.0, 0, 3);         /* 20 us */
     time_budget(0, 0.0, 5 * MiB, 5);       /* the byte budget binds first */
     time_budget(UINT64_MAX, 0.0, 0, 32);   /* no time budget: the byte budget only */

@@ -116,7 +116,7 @@ static const setting settings[] = {
      "strategy fixed: refuse requests > fixed_block instead of using tlsf"},
     {"defrag_threshold", SET_FRACTION, POOL(defrag_threshold), "0.3",
      "gm_defrag_maybe (replay --defrag on) compacts only above this fragmentation rate"},
-    {"defrag_step_ns", SET_U64, POOL(defrag_step_ns), "150000",
+    {"defrag_step_ns", SET_U64, POOL(defrag_step_ns), "120000",
      "time budget of one defragmentation step: estimated ns of copies it may queue"},
     {"defrag_copy_bandwidth", SET_RATIO, POOL(defrag_copy_bandwidth), "0 (H200 cost model)",
      "bytes per second the step's time estimate assumes (e.g. 2.5e12)"},
