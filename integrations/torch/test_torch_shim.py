@@ -83,6 +83,11 @@ def case_basic():
                                                                           sum(sizes)))
     check(st["live_blocks"] == len(sizes), "stats live_blocks")
     check(st["reserved_bytes"] >= sum(sizes) and st["segments"] >= 1, "stats reserved, segments")
+    # the shim's default growth is exact (PyTorch's segment sizes): one 2 MiB small segment, one
+    # 20 MiB medium segment, one of 40 MiB; geometric growth would have made the medium one 64 MiB
+    check(st["reserved_bytes"] == (2 + 20 + 40) * MiB and st["segments"] == 3,
+          "exact growth by default: reserved %d in %d segments" % (st["reserved_bytes"],
+                                                                  st["segments"]))
     check("mem_alloc" in st["device_calls"] and len(st["free_histogram"]) == 28,
           "stats device_calls and free_histogram")
 
