@@ -175,6 +175,12 @@ typedef struct gm_device_counters {
 /* Snapshot of the backend's counters (all pools on it together). Thread-safe. */
 GM_API gm_status gm_backend_counters(gm_backend *backend, gm_device_counters *out);
 
+/* Wait until the work queued on `stream` (NULL: the default stream) has finished, as
+ * cuStreamSynchronize does: e.g. the copies a gm_defrag_step queued, to time them. On sim it
+ * completes the stream's queued items (manual streams included). Fails: GM_ERR_INVALID_ARGUMENT
+ * (backend NULL, a stream the backend does not know), GM_ERR_BACKEND. Thread-safe. */
+GM_API gm_status gm_backend_stream_sync(gm_backend *backend, gm_stream stream);
+
 /* --- Simulated-GPU controls, for tests and replays (GM_ERR_UNSUPPORTED on other backends) --- */
 
 /* Create / destroy a simulated stream. The default stream NULL always exists. */

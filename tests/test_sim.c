@@ -395,6 +395,21 @@ static void test_streams_and_events(void)
     CHECK_OK(gm_sim_stream_complete(b, s1));
     CHECK_OK(b->ops->event_query(b, e1));
 
+    /* the public stream sync completes what is queued on that stream only */
+    CHECK_OK(gm_sim_launch(b, s1));
+    CHECK_OK(b->ops->event_record(b, e1, s1));
+    CHECK_OK(gm_sim_launch(b, s2));
+    CHECK_OK(b->ops->event_record(b, e2, s2));
+    CHECK_STATUS(b->ops->event_query(b, e1), GM_ERR_NOT_READY);
+    CHECK_OK(gm_backend_stream_sync(b, s1));
+    CHECK_OK(b->ops->event_query(b, e1));
+    CHECK_STATUS(b->ops->event_query(b, e2), GM_ERR_NOT_READY);
+    CHECK_OK(gm_backend_stream_sync(b, s2));
+    CHECK_OK(b->ops->event_query(b, e2));
+    CHECK_OK(gm_backend_stream_sync(b, NULL)); /* the default stream always exists */
+    CHECK_STATUS(gm_backend_stream_sync(b, (gm_stream)(uintptr_t)0xdead0), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_backend_stream_sync(NULL, s1), GM_ERR_INVALID_ARGUMENT);
+
     /* a wait completes by itself once the awaited work is done */
     CHECK_OK(gm_sim_launch(b, s1));
     CHECK_OK(b->ops->event_record(b, e1, s1));

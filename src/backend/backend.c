@@ -71,6 +71,13 @@ gm_status gm_backend_counters(gm_backend *backend, gm_device_counters *out)
     return GM_OK;
 }
 
+gm_status gm_backend_stream_sync(gm_backend *backend, gm_stream stream)
+{
+    if (!backend)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_backend_stream_sync: NULL backend");
+    return backend->ops->stream_sync(backend, stream);
+}
+
 const char *gm_call_str(gm_call call)
 {
     static const char *const names[GM_CALL_KINDS] = {

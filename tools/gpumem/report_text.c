@@ -121,7 +121,9 @@ void report_text(FILE *f, const trace *t, const replay_result *r)
         row(f, "  moved", "%llu blocks, %s", (unsigned long long)r->defrag_blocks_moved,
             bytes(r->defrag_bytes_moved, a, sizeof a));
         row(f, "  copy time", "%.3f ms (%s; gap steps), %.3f ms host",
-            (double)r->defrag_copy_ns / 1e6, strcmp(r->device.backend, "sim") == 0 ? "simulated" : "measured",
+            (double)r->defrag_copy_ns / 1e6,
+            strcmp(r->device.backend, "sim") == 0 ? "simulated"
+                                                   : "measured: each step until its copies ended",
             (double)r->defrag_host_ns / 1e6);
     }
     if (r->oom_count)
