@@ -170,6 +170,7 @@ json "$T/out" "isinstance(d, list) and len(d) >= 4"
 json "$T/out" "sum(r['best_reserved_over_live'] for r in d) == 1 and sum(r['fastest'] for r in d) == 1"
 json "$T/out" "len(set(r['label'] for r in d)) == len(d)"
 json "$T/out" "any(r['config']['min_block'] == 262144 for r in d)"
+json "$T/out" "[r['config']['segments'] for r in d if r['config']['growth'] == 'exact'] == ['plain']"
 
 # --- a bundled real trace ---------------------------------------------------------------------
 run 0 replay --json "$SRC/traces/resnet_train.csv.gz"

@@ -109,6 +109,13 @@ static void build_rows(row_set *set, const cli_settings *base)
             snprintf(label, sizeof label, "%s release=%s", seg, gm_release_str(s.pool.release));
             add_row(set, &s, label);
         }
+        for (unsigned k = 1; modes[m] == GM_SEGMENTS_PLAIN && k < GM_GROWTH_COUNT; k++) {
+            cli_settings s = *base; /* growth sizes plain segments only */
+            s.pool.growth = (gm_growth)k;
+            s.pool.segments = modes[m];
+            snprintf(label, sizeof label, "%s growth=%s", seg, gm_growth_str(s.pool.growth));
+            add_row(set, &s, label);
+        }
         cli_settings s = *base;
         s.pool.segments = modes[m];
         s.pool.min_block_bytes = DESIGN_MIN_BLOCK;
