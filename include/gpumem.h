@@ -340,7 +340,7 @@ typedef struct gm_config {
     double cache_cap_live_ratio;     /* and at most this x the bytes granted to live blocks
                                         (never below 32 MiB); 0 = 0.02. Measured: the design
                                         document's 20 % of device memory alone let gpt2_train's
-                                        reserved/live reach 1.30 (docs/cache.md) */
+                                        reserved/live reach 1.30-1.94 (docs/cache.md) */
     unsigned thread_cache_blocks;    /* blocks each thread keeps for the lock-free fast path
                                         (at most 64, of up to 16 MiB each, 64 MiB in all);
                                         0 = 64; GM_THREAD_CACHE_OFF turns it off */
