@@ -31,20 +31,10 @@ def check(cond, what):
 
 
 def load():
-    lib = ctypes.CDLL(LIB)
-    lib.gm_torch_alloc.restype = ctypes.c_void_p
-    lib.gm_torch_alloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
-    lib.gm_torch_free.restype = None
-    lib.gm_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
-    lib.gm_torch_last_error.restype = ctypes.c_char_p
-    lib.gm_torch_last_error.argtypes = [ctypes.c_int]
-    lib.gm_torch_stats_json.restype = ctypes.c_int
-    lib.gm_torch_stats_json.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
-    lib.gm_torch_snapshot.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
-    lib.gm_torch_string_free.argtypes = [ctypes.c_void_p]
-    lib.gm_torch_trim.argtypes = [ctypes.c_int, ctypes.c_size_t]
-    lib.gm_torch_configure.argtypes = [ctypes.c_char_p]
-    return lib
+    """The shim, loaded by gpumem.torch.library (which declares its C signatures) from LIB."""
+    sys.path.insert(0, PKG)
+    import gpumem.torch as gmt
+    return gmt.library(LIB)
 
 
 def err(lib, device=0):
