@@ -5,40 +5,21 @@
  * pooled events, the thread cache, and every step of the out-of-memory ladder at small
  * capacities.
  */
-#include "check.h"
+#include "sim_setup.h"
 
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
 
-static gm_backend *sim_new(size_t capacity)
-{
-    gm_sim_config sc = {0};
-    sc.capacity = capacity;
-    sc.manual_streams = 1;
-    gm_backend *be = NULL;
-    REQUIRE_OK(gm_sim_backend_create(&sc, &be));
-    return be;
-}
-
 /* A pool whose thread cache is off, so every free reaches the pool's cache. */
-static gm_pool *pool_new(gm_backend *be, gm_config cfg)
+static gm_pool *pool_tc_off(gm_backend *be, gm_config cfg)
 {
     cfg.thread_cache_blocks = GM_THREAD_CACHE_OFF;
-    gm_pool *p = NULL;
-    REQUIRE_OK(gm_pool_create(be, &cfg, &p));
-    return p;
-}
-
-static gm_stats stats_of(gm_pool *p)
-{
-    gm_stats st;
-    REQUIRE_OK(gm_pool_stats(p, &st));
-    return st;
+    return pool_new(be, &cfg);
 }
 
 static void test_buckets_and_match(void)
 {
-    gm_backend *be = sim_new(0);
-    gm_pool *p = pool_new(be, (gm_config){0});
+    gm_backend *be = sim_new(0, 0, 1);
+    gm_pool *p = pool_tc_off(be, (gm_config){0});
     void *s, *m, *l, *x;
     CHECK_OK(gm_alloc(p, 4 * KiB, NULL, &s));
     CHECK_OK(gm_alloc(p, 4 * MiB, NULL, &m));
@@ -78,7 +59,7 @@ static void test_buckets_and_match(void)
     /* best: the smallest cached block that fits, any size above */
     gm_config cfg = {0};
     cfg.cache_match[GM_CACHE_MEDIUM] = GM_MATCH_BEST;
-    p = pool_new(be, cfg);
+    p = pool_tc_off(be, cfg);
     void *a, *b;
     CHECK_OK(gm_alloc(p, 8 * MiB, NULL, &a));
     CHECK_OK(gm_alloc(p, 12 * MiB, NULL, &b));
@@ -96,11 +77,11 @@ static void test_buckets_and_match(void)
 static void test_lru_differs_from_fifo(void)
 {
     for (int policy = GM_EVICT_LRU; policy <= GM_EVICT_FIFO; policy++) {
-        gm_backend *be = sim_new(0);
+        gm_backend *be = sim_new(0, 0, 1);
         gm_config cfg = {0};
         cfg.cache_cap_bytes = 1280 * KiB; /* a, b, a2 fit; d does not */
         cfg.cache_evict[GM_CACHE_SMALL] = (gm_evict)policy;
-        gm_pool *p = pool_new(be, cfg);
+        gm_pool *p = pool_tc_off(be, cfg);
         void *a, *a2, *b, *c, *keep;
         CHECK_OK(gm_alloc(p, 512 * KiB, NULL, &a));
         CHECK_OK(gm_alloc(p, 512 * KiB, NULL, &a2));
@@ -140,13 +121,13 @@ static void test_lru_differs_from_fifo(void)
 /* No block reaches another stream before the event on its last stream has completed. */
 static void test_cross_stream(int stream_wait)
 {
-    gm_backend *be = sim_new(0);
+    gm_backend *be = sim_new(0, 0, 1);
     gm_stream s1, s2;
     REQUIRE_OK(gm_sim_stream_create(be, &s1));
     REQUIRE_OK(gm_sim_stream_create(be, &s2));
     gm_config cfg = {0};
     cfg.stream_wait = stream_wait;
-    gm_pool *p = pool_new(be, cfg);
+    gm_pool *p = pool_tc_off(be, cfg);
     void *a, *x, *keep;
     CHECK_OK(gm_alloc(p, 64 * KiB, s1, &a));
     CHECK_OK(gm_alloc(p, 64 * KiB, s1, &keep));
@@ -208,7 +189,7 @@ static int snap_write(void *user, const char *data, size_t len)
 
 static void test_thread_cache(void)
 {
-    gm_backend *be = sim_new(0);
+    gm_backend *be = sim_new(0, 0, 1);
     gm_pool *p = NULL;
     REQUIRE_OK(gm_pool_create(be, NULL, &p));
     void *a, *b;
@@ -264,14 +245,14 @@ static int on_oom(void *user, gm_pool *pool, size_t size, gm_stream stream)
 
 static void test_oom_ladder(void)
 {
-    gm_backend *be = sim_new(32 * MiB);
+    gm_backend *be = sim_new(32 * MiB, 0, 1);
     oom_ctx ctx = {0};
     gm_config cfg = {0};
     cfg.oom_callback = on_oom;
     cfg.oom_user = &ctx;
     cfg.release = GM_RELEASE_ON_OOM; /* keep free segments: the ladder must give them back */
     cfg.cache_cap_bytes = 32 * MiB;
-    gm_pool *p = pool_new(be, cfg);
+    gm_pool *p = pool_tc_off(be, cfg);
     ctx.pool = p;
 
     /* step 1: the cache holds the memory; evicting it serves the request */
@@ -294,7 +275,7 @@ static void test_oom_ladder(void)
     /* step 2: free segments (not cached: too big for the cap) are released */
     gm_config cfg2 = cfg;
     cfg2.cache_disable = 1;
-    gm_pool *q = pool_new(be, cfg2);
+    gm_pool *q = pool_tc_off(be, cfg2);
     CHECK_OK(gm_alloc(q, 12 * MiB, NULL, &a));
     CHECK_OK(gm_alloc(q, 12 * MiB, NULL, &b));
     CHECK_OK(gm_free(q, a, NULL));
@@ -339,14 +320,14 @@ static void test_config_names(void)
     CHECK_EQ_U(e, GM_EVICT_FIFO);
     CHECK_STATUS(gm_evict_parse("mru", &e), GM_ERR_INVALID_ARGUMENT);
     CHECK(strcmp(gm_match_str(GM_MATCH_BEST), "best") == 0);
-    gm_backend *be = sim_new(0);
+    gm_backend *be = sim_new(0, 0, 1);
     gm_config bad = {0};
     bad.cache_approx_ratio = 2.0;
     gm_pool *p = NULL;
     CHECK_STATUS(gm_pool_create(be, &bad, &p), GM_ERR_INVALID_ARGUMENT);
     CHECK_STR_CONTAINS(gm_last_error(NULL), "cache_approx_ratio");
     gm_config got;
-    p = pool_new(be, (gm_config){0});
+    p = pool_tc_off(be, (gm_config){0});
     CHECK_OK(gm_pool_config(p, &got));
     CHECK_EQ_U(got.cache_match[GM_CACHE_SMALL], GM_MATCH_EXACT);
     CHECK_EQ_U(got.cache_match[GM_CACHE_LARGE], GM_MATCH_APPROX);

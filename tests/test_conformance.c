@@ -1,33 +1,16 @@
 /*
  * Conformance suite: behaviour every strategy and segment mode must show (conformance.h).
  */
-#include "check.h"
+#include "sim_setup.h"
 #include "conformance.h"
 
 static const size_t MiB = (size_t)1 << 20;
 
-static gm_backend *sim_new(size_t capacity, int host)
-{
-    gm_sim_config sc = {0};
-    sc.capacity = capacity;
-    sc.host_backed = host;
-    gm_backend *be = NULL;
-    REQUIRE_OK(gm_sim_backend_create(&sc, &be));
-    return be;
-}
-
-static gm_pool *pool_new(gm_backend *be, const conf_case *cc)
-{
-    gm_pool *p = NULL;
-    REQUIRE_OK(gm_pool_create(be, &cc->cfg, &p));
-    return p;
-}
-
 /* Many sizes at once: aligned, disjoint, bytes kept, all freed, nothing left. */
 static void conf_sizes(const conf_case *cc)
 {
-    gm_backend *be = sim_new(1024 * MiB, 1);
-    gm_pool *p = pool_new(be, cc);
+    gm_backend *be = sim_new(1024 * MiB, 1, 0);
+    gm_pool *p = pool_new(be, &cc->cfg);
     enum { N = 48 };
     void *ptr[N];
     size_t size[N];
@@ -73,8 +56,8 @@ static void conf_sizes(const conf_case *cc)
  * cache holds: up to its 32 MiB floor when little else is live). */
 static void conf_reuse(const conf_case *cc)
 {
-    gm_backend *be = sim_new(0, 0);
-    gm_pool *p = pool_new(be, cc);
+    gm_backend *be = sim_new(0, 0, 0);
+    gm_pool *p = pool_new(be, &cc->cfg);
     size_t sizes[] = {512, 100000, 3 * MiB, 24 * MiB};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         void *a, *b;
@@ -104,8 +87,8 @@ static void conf_reuse(const conf_case *cc)
 /* Filling a small device: OOM with a message, the pool valid, then recovery. */
 static void conf_out_of_memory(const conf_case *cc)
 {
-    gm_backend *be = sim_new(64 * MiB, 0);
-    gm_pool *p = pool_new(be, cc);
+    gm_backend *be = sim_new(64 * MiB, 0, 0);
+    gm_pool *p = pool_new(be, &cc->cfg);
     void *ptr[64];
     int n = 0;
     gm_status st = GM_OK;
@@ -133,8 +116,8 @@ static void conf_out_of_memory(const conf_case *cc)
 /* Every failure status leaves the pool valid. */
 static void conf_bad_input(const conf_case *cc)
 {
-    gm_backend *be = sim_new(0, 0);
-    gm_pool *p = pool_new(be, cc);
+    gm_backend *be = sim_new(0, 0, 0);
+    gm_pool *p = pool_new(be, &cc->cfg);
     void *a, *keep, *x = NULL;
     CHECK_OK(gm_alloc(p, 5000, NULL, &a));
     CHECK_OK(gm_alloc(p, 5000, NULL, &keep)); /* holds the segment, so a's memory stays ours */

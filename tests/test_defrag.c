@@ -5,7 +5,7 @@
  * plain blocks and succeeds through the out-of-memory ladder's compaction with movable ones;
  * gm_defrag_maybe and its threshold; the relocation callback; bad handles.
  */
-#include "check.h"
+#include "sim_setup.h"
 #include "conformance.h"
 #include "defrag_mix.h"
 
@@ -14,30 +14,6 @@
 #include <stdbool.h>
 
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
-
-static gm_backend *sim_new(size_t capacity)
-{
-    gm_sim_config sc = {0};
-    sc.capacity = capacity;
-    sc.host_backed = 1;
-    gm_backend *be = NULL;
-    REQUIRE_OK(gm_sim_backend_create(&sc, &be));
-    return be;
-}
-
-static gm_pool *pool_new(gm_backend *be, const gm_config *cfg)
-{
-    gm_pool *p = NULL;
-    REQUIRE_OK(gm_pool_create(be, cfg, &p));
-    return p;
-}
-
-static gm_stats stats_of(gm_pool *p)
-{
-    gm_stats st;
-    REQUIRE_OK(gm_pool_stats(p, &st));
-    return st;
-}
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -108,7 +84,7 @@ enum { NBLK = 240 };
  * blocks other streams used among them; tlsf rows must also give memory back. */
 static void integrity(const conf_case *cc)
 {
-    gm_backend *be = sim_new(4ull << 30);
+    gm_backend *be = sim_new(4ull << 30, 1, 0);
     gm_stream other = NULL;
     REQUIRE_OK(gm_sim_stream_create(be, &other));
     gm_segments segments = cc->cfg.segments;
@@ -206,7 +182,7 @@ static void integrity(const conf_case *cc)
  * leaves 32 MiB free in 4 MiB holes. A 16 MiB request then needs compaction. */
 static void abc_pattern(bool movable)
 {
-    gm_backend *be = sim_new(1ull << 30);
+    gm_backend *be = sim_new(1ull << 30, 1, 0);
     gm_config cfg = {0};
     cfg.reserve_limit_bytes = 64 * MiB;
     cfg.growth = GM_GROWTH_EXACT;
@@ -279,7 +255,7 @@ static void abc_pattern(bool movable)
  * three separate holes: fragmentation rate 1 - 1/3. */
 static void maybe_threshold(double threshold, bool expect_step)
 {
-    gm_backend *be = sim_new(1ull << 30);
+    gm_backend *be = sim_new(1ull << 30, 1, 0);
     gm_config cfg = {0};
     cfg.defrag_threshold = threshold;
     cfg.thread_cache_blocks = GM_THREAD_CACHE_OFF;
@@ -326,7 +302,7 @@ static void maybe_threshold(double threshold, bool expect_step)
 
 static void bad_input(void)
 {
-    gm_backend *be = sim_new(1ull << 30);
+    gm_backend *be = sim_new(1ull << 30, 1, 0);
     gm_pool *p = pool_new(be, NULL), *q = pool_new(be, NULL);
     gm_handle *h = NULL, *foreign = NULL;
     void *a = NULL;
@@ -430,7 +406,7 @@ static void *churn(void *p)
 
 static void threads_while_compacting(void)
 {
-    gm_backend *be = sim_new(1ull << 30);
+    gm_backend *be = sim_new(1ull << 30, 1, 0);
     gm_pool *p = pool_new(be, NULL);
     atomic_int stop = 0;
     churn_arg args[2];
@@ -485,7 +461,7 @@ static void threads_while_compacting(void)
 /* In a VMM arena a step moves blocks only onto mapped bytes: reserved bytes never rise. */
 static void vmm_moves_use_mapped_bytes(bool trim_first)
 {
-    gm_backend *be = sim_new(256 * MiB);
+    gm_backend *be = sim_new(256 * MiB, 1, 0);
     gm_config cfg = {0};
     cfg.segments = GM_SEGMENTS_VMM;
     cfg.vmm_reserve_bytes = 256 * MiB;
@@ -528,7 +504,7 @@ static void vmm_moves_use_mapped_bytes(bool trim_first)
  * (120 us by default) stops it at 22. `want`: blocks the first step moves. */
 static void time_budget(uint64_t step_ns, double bandwidth, size_t max_bytes, unsigned want)
 {
-    gm_backend *be = sim_new(1ull << 30);
+    gm_backend *be = sim_new(1ull << 30, 1, 0);
     gm_config cfg = {0};
     cfg.cache_disable = 1;
     cfg.defrag_step_ns = step_ns;
@@ -666,7 +642,7 @@ static void other_stream_moves(bool e_busy)
  * with the physical page). Freed, trimmed: every range goes back. */
 static void stitching(gm_release release)
 {
-    gm_backend *be = sim_new(256 * MiB);
+    gm_backend *be = sim_new(256 * MiB, 1, 0);
     gm_config cfg = {0};
     cfg.segments = GM_SEGMENTS_VMM;
     cfg.release = release;

@@ -19,6 +19,7 @@
  */
 #include "check.h"
 #include "cuda_oracle.h"
+#include "sim_setup.h"
 #include "defrag_mix.h"
 
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
@@ -46,13 +47,6 @@ static void sync_stream(gm_stream s)
     oracle_push();
     REQUIRE(cu.cuStreamSynchronize((CUstream)(void *)s) == 0);
     oracle_pop();
-}
-
-static gm_stats stats_of(gm_pool *p)
-{
-    gm_stats st;
-    REQUIRE_OK(gm_pool_stats(p, &st));
-    return st;
 }
 
 /* ---------------------------------------------------------------- integrity */

@@ -3,7 +3,7 @@
  * design document's fragmentation example, bad input, limits, rounding, trim, snapshot, the
  * error callback, streams (pending frees behind events), and VMM page accounting.
  */
-#include "check.h"
+#include "sim_setup.h"
 
 static const size_t KiB = (size_t)1 << 10;
 static const size_t MiB = (size_t)1 << 20;
@@ -18,26 +18,9 @@ static unsigned histogram_bin_of(size_t size)
     return size < 1024 ? 0 : log2 - 9 < GM_HISTOGRAM_BINS ? log2 - 9 : GM_HISTOGRAM_BINS - 1;
 }
 
-static gm_backend *sim_new(size_t capacity, int manual_streams)
-{
-    gm_sim_config sc = {0};
-    sc.capacity = capacity;
-    sc.manual_streams = manual_streams;
-    gm_backend *be = NULL;
-    REQUIRE_OK(gm_sim_backend_create(&sc, &be));
-    return be;
-}
-
-static gm_pool *pool_new(gm_backend *be, const gm_config *cfg)
-{
-    gm_pool *p = NULL;
-    REQUIRE_OK(gm_pool_create(be, cfg, &p));
-    return p;
-}
-
 static void test_alloc_free_basics(void)
 {
-    gm_backend *be = sim_new(0, 0);
+    gm_backend *be = sim_new(0, 0, 0);
     gm_config nocache = {0};
     nocache.cache_disable = 1;        /* freed blocks coalesce at once */
     nocache.growth = GM_GROWTH_EXACT; /* PyTorch's segment sizes */
@@ -86,7 +69,7 @@ static void test_alloc_free_basics(void)
 /* DESIGN.md / issue 2: one 16 MB segment, A 4 MB, B 8 MB, C 4 MB, free A and C. */
 static void test_design_document_example(void)
 {
-    gm_backend *be = sim_new(0, 0);
+    gm_backend *be = sim_new(0, 0, 0);
     gm_config cfg = {0};
     cfg.initial_reserve_bytes = 16 * MiB;
     cfg.reserve_limit_bytes = 16 * MiB;
@@ -136,7 +119,7 @@ static void on_error(void *user, gm_status st, const char *msg)
 
 static void test_bad_input(void)
 {
-    gm_backend *be = sim_new(4096 * MiB, 0);
+    gm_backend *be = sim_new(4096 * MiB, 0, 0);
     int seen = 0;
     gm_config cfg = {0};
     cfg.error_callback = on_error;
@@ -218,7 +201,7 @@ static void test_bad_input(void)
 
 static void test_limits_and_trim(void)
 {
-    gm_backend *be = sim_new(64 * MiB, 0);
+    gm_backend *be = sim_new(64 * MiB, 0, 0);
     gm_config cfg = {0};
     cfg.reserve_limit_fraction = 0.5; /* 32 MiB */
     gm_pool *p = pool_new(be, &cfg);
@@ -263,7 +246,7 @@ static void test_limits_and_trim(void)
 
 static void test_rounding(void)
 {
-    gm_backend *be = sim_new(0, 0);
+    gm_backend *be = sim_new(0, 0, 0);
     gm_config cfg = {0};
     cfg.roundup_power2_divisions = 4;
     gm_pool *p = pool_new(be, &cfg);
@@ -316,7 +299,7 @@ static int sink_write(void *user, const char *data, size_t len)
 
 static void test_snapshot(void)
 {
-    gm_backend *be = sim_new(0, 0);
+    gm_backend *be = sim_new(0, 0, 0);
     gm_pool *p = pool_new(be, &(gm_config){.growth = GM_GROWTH_EXACT});
     void *a, *b;
     CHECK_OK(gm_alloc(p, 1000, NULL, &a));
@@ -344,7 +327,7 @@ static void test_snapshot(void)
 /* A block used by another stream is not reused before that stream's work completes. */
 static void test_streams(void)
 {
-    gm_backend *be = sim_new(0, 1);
+    gm_backend *be = sim_new(0, 0, 1);
     gm_stream s1, s2;
     REQUIRE_OK(gm_sim_stream_create(be, &s1));
     REQUIRE_OK(gm_sim_stream_create(be, &s2));
@@ -384,7 +367,7 @@ static void test_streams(void)
 
 static void test_vmm_pages(void)
 {
-    gm_backend *be = sim_new(256 * MiB, 0);
+    gm_backend *be = sim_new(256 * MiB, 0, 0);
     gm_config cfg = {0};
     cfg.segments = GM_SEGMENTS_VMM;
     cfg.vmm_reserve_bytes = 256 * MiB;
@@ -433,7 +416,7 @@ static void test_vmm_pages(void)
 /* GM_GROWTH_GEOMETRIC (the default): shared segments grow with what the pool reserves. */
 static void test_geometric_growth(void)
 {
-    gm_backend *be = sim_new(0, 0);
+    gm_backend *be = sim_new(0, 0, 0);
     gm_config cfg = {0};
     cfg.cache_disable = 1;
     gm_pool *p = pool_new(be, &cfg);
@@ -520,7 +503,7 @@ static void test_geometric_growth(void)
 
 static void test_reset_peaks_and_names(void)
 {
-    gm_backend *be = sim_new(0, 0);
+    gm_backend *be = sim_new(0, 0, 0);
     gm_pool *p = pool_new(be, NULL);
     void *a;
     CHECK_OK(gm_alloc(p, 5 * MiB, NULL, &a));

@@ -5,24 +5,13 @@
  * costs and counters, the gm_sim_* controls on bad backends, and a scale run.
  */
 #include "backend.h"
-#include "check.h"
+#include "sim_setup.h"
 
 #include <pthread.h>
 #include <time.h>
 
 static const size_t MiB = (size_t)1 << 20;
 static const size_t GiB = (size_t)1 << 30;
-
-static gm_backend *sim_new(size_t capacity, int host_backed, int manual_streams)
-{
-    gm_sim_config cfg = {0};
-    cfg.capacity = capacity;
-    cfg.host_backed = host_backed;
-    cfg.manual_streams = manual_streams;
-    gm_backend *b = NULL;
-    REQUIRE_OK(gm_sim_backend_create(&cfg, &b));
-    return b;
-}
 
 static uint64_t calls_of(gm_backend *b, gm_call kind)
 {
