@@ -131,6 +131,7 @@ struct gm_arena {
     void *state;              /* the strategy's free structures */
     gm_span *spans;
     size_t span_count;
+    size_t span_bytes;        /* sum of the spans' sizes (plain: bytes this arena reserved) */
     /* VMM only: one span per reserved range, the ranges, and one page table for all of them. */
     vmm_page *pages;
     vmm_range *ranges;
@@ -401,8 +402,8 @@ void span_release_locked(gm_pool *pool, gm_span *s);
 gm_status pages_acquire_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);
 void pages_drop_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);
 size_t pages_unmap_idle_locked(gm_pool *pool, gm_arena *a, size_t max_pages);
-size_t release_free_memory_locked(gm_pool *pool, size_t target);
-size_t releasable_bytes_locked(gm_pool *pool);
+size_t release_free_memory_locked(gm_pool *pool, size_t target, size_t max_segment);
+size_t releasable_bytes_locked(gm_pool *pool, size_t max_segment);
 void sync_streams_locked(gm_pool *pool);
 size_t vmm_page_of(const gm_arena *a, uintptr_t addr);
 

@@ -458,7 +458,9 @@ static size_t clamp_size(size_t v, size_t lo, size_t hi)
 /* GEOMETRIC: the shared segment size for arena a now, a fraction of the bytes reserved, so that
  * a program ramping up makes O(log) device calls instead of one per large request. Measured on
  * the shared traces (docs/benchmarks.md): 2-9x less simulated device time than EXACT, with
- * reserved/live still below PyTorch default's on each. */
+ * reserved/live still below PyTorch default's on each. The small arena also doubles: a new small
+ * segment is at least as large as the arena already is, so a program that starts with many
+ * small blocks makes O(log) small-segment calls, not one per 2 MiB (resnet_train: 10 -> 5). */
 static size_t geometric_segment_size(const gm_pool *pool, const gm_arena *a)
 {
     const gm_config *c = &pool->cfg;
@@ -467,8 +469,8 @@ static size_t geometric_segment_size(const gm_pool *pool, const gm_arena *a)
         size_t hi = c->growth_max / 16;
         if (hi < c->small_segment_bytes)
             hi = c->small_segment_bytes;
-        return round_up(clamp_size((size_t)(want / 8), c->small_segment_bytes, hi),
-                        c->small_segment_bytes);
+        size_t small = (size_t)(want / 8) > a->span_bytes ? (size_t)(want / 8) : a->span_bytes;
+        return round_up(clamp_size(small, c->small_segment_bytes, hi), c->small_segment_bytes);
     }
     return round_up(clamp_size((size_t)want, c->growth_min, c->growth_max), c->segment_rounding);
 }
@@ -552,18 +554,25 @@ void block_release_locked(gm_pool *pool, gm_block *b)
  * segments are released only if that keeps the peak where it is: when the peak must rise anyway
  * they stay, as they may serve the requests that come next. (Measured on the shared traces:
  * releasing whenever the peak would rise made gpt2_train's reserved/live 1.112 instead of
- * 1.087; never releasing, PyTorch's policy, made resnet_train's 1.616 instead of 1.006.) */
+ * 1.087; never releasing, PyTorch's policy, made resnet_train's 1.616 instead of 1.006.)
+ * And only segments no larger than the growth go: giving back a larger free segment to make
+ * room for a smaller one pays a cudaFree that grows with its size (575 us for 1 GiB, ANCHORS.md)
+ * and, when that memory is needed again, a cudaMalloc, to keep fewer bytes off the peak than it
+ * gives back. (Measured with geometric growth: gpt2_train's device time 7.5 -> 5.4 ms, the 2.2
+ * GB segments it gave back for 32 MiB ones gone; docs/benchmarks.md.) */
 static void make_room_locked(gm_pool *pool, size_t need)
 {
-    size_t cap = pool->limit;
+    size_t cap = pool->limit, largest = SIZE_MAX;
     bool peak_rule = pool->cfg.release == GM_RELEASE_BEFORE_GROW && pool->peak_reserved < cap;
-    if (peak_rule)
+    if (peak_rule) {
         cap = pool->peak_reserved;
+        largest = need;
+    }
     if (pool->reserved_bytes + need <= cap)
         return;
-    if (peak_rule && pool->reserved_bytes + need - cap > releasable_bytes_locked(pool))
+    if (peak_rule && pool->reserved_bytes + need - cap > releasable_bytes_locked(pool, largest))
         return;
-    release_free_memory_locked(pool, cap > need ? cap - need : 0);
+    release_free_memory_locked(pool, cap > need ? cap - need : 0, largest);
 }
 
 static gm_status grow_plain_locked(gm_pool *pool, gm_arena *a, size_t granted)
@@ -1075,7 +1084,7 @@ static gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size, size
         return st;
     pool->oom_ladder[1]++;
     drain_locked(pool);
-    release_free_memory_locked(pool, 0);
+    release_free_memory_locked(pool, 0, SIZE_MAX);
     if ((st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
         return st;
     pool->oom_ladder[2]++;
@@ -1092,7 +1101,7 @@ static gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size, size
         if (!again)
             break;
         drain_locked(pool); /* what the program freed, back to the device */
-        release_free_memory_locked(pool, 0);
+        release_free_memory_locked(pool, 0, SIZE_MAX);
         if ((st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
             return st;
     }
@@ -1280,7 +1289,7 @@ gm_status gm_trim(gm_pool *pool, size_t keep_bytes)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_trim", "pool is NULL");
     pthread_mutex_lock(&pool->lock);
     drain_locked(pool);
-    release_free_memory_locked(pool, keep_bytes);
+    release_free_memory_locked(pool, keep_bytes, SIZE_MAX);
     if (keep_bytes == 0) /* also give back virtual ranges that hold nothing */
         for (size_t h = 0; h < pool->heap_count; h++)
             for (int k = 0; k < ARENA_COUNT; k++)

@@ -57,6 +57,7 @@ static void span_link(gm_arena *a, gm_span *s)
         a->spans->prev = s;
     a->spans = s;
     a->span_count++;
+    a->span_bytes += s->size;
 }
 
 static void span_unlink(gm_arena *a, gm_span *s)
@@ -68,6 +69,7 @@ static void span_unlink(gm_arena *a, gm_span *s)
     if (s->next)
         s->next->prev = s->prev;
     a->span_count--;
+    a->span_bytes -= s->size;
 }
 
 /* A new span holding one free block that covers it all. */
@@ -475,22 +477,25 @@ static int span_size_cmp(const void *x, const void *y)
     return (a < b) - (a > b);
 }
 
-/* A wholly free plain segment that may go back to the device while aiming at `target` reserved
- * bytes: the initial reserve (pinned) goes only when the target is below it. */
-static bool span_releasable(const gm_span *s, size_t target)
+/* A wholly free plain segment of at most max_segment bytes that may go back to the device while
+ * aiming at `target` reserved bytes: the initial reserve (pinned) goes only when the target is
+ * below it. */
+static bool span_releasable(const gm_span *s, size_t target, size_t max_segment)
 {
-    return !s->vmm && !s->live_blocks && !(s->pinned && target >= s->size);
+    return !s->vmm && !s->live_blocks && s->size <= max_segment &&
+           !(s->pinned && target >= s->size);
 }
 
-/* Wholly free plain segments that may be released for `target`, largest first. */
-static size_t free_spans_locked(gm_pool *pool, size_t target, gm_span ***out)
+/* Wholly free plain segments (of at most max_segment bytes) that may be released for `target`,
+ * largest first. */
+static size_t free_spans_locked(gm_pool *pool, size_t target, size_t max_segment, gm_span ***out)
 {
     size_t n = 0, cap = 0;
     gm_span **v = NULL;
     for (size_t h = 0; h < pool->heap_count; h++)
         for (int k = 0; k < ARENA_COUNT; k++)
             for (gm_span *s = pool->heaps[h].arenas[k].spans; s; s = s->next) {
-                if (!span_releasable(s, target))
+                if (!span_releasable(s, target, max_segment))
                     continue;
                 if (n == cap) {
                     cap = cap ? cap * 2 : 16;
@@ -510,28 +515,29 @@ static size_t free_spans_locked(gm_pool *pool, size_t target, gm_span ***out)
     return n;
 }
 
-/* Bytes of wholly free plain segments (the initial reserve excluded). O(segments). */
-size_t releasable_bytes_locked(gm_pool *pool)
+/* Bytes of wholly free plain segments of at most max_segment bytes (the initial reserve
+ * excluded). O(segments). */
+size_t releasable_bytes_locked(gm_pool *pool, size_t max_segment)
 {
     size_t total = 0;
     for (size_t h = 0; h < pool->heap_count; h++)
         for (int k = 0; k < ARENA_COUNT; k++)
             for (gm_span *s = pool->heaps[h].arenas[k].spans; s; s = s->next)
-                if (span_releasable(s, SIZE_MAX))
+                if (span_releasable(s, SIZE_MAX, max_segment))
                     total += s->size;
     return total;
 }
 
-/* Release wholly free plain segments (largest first: fewest device calls for the bytes; it also
- * measured best on the shared traces) and idle VMM pages, across every heap, until reserved
- * bytes are at most `target`. The initial reserve is kept unless target is below it. Returns the
- * bytes released. */
-size_t release_free_memory_locked(gm_pool *pool, size_t target)
+/* Release wholly free plain segments of at most max_segment bytes (largest first: fewest device
+ * calls for the bytes; it also measured best on the shared traces) and idle VMM pages, across
+ * every heap, until reserved bytes are at most `target`. The initial reserve is kept unless
+ * target is below it. Returns the bytes released. */
+size_t release_free_memory_locked(gm_pool *pool, size_t target, size_t max_segment)
 {
     size_t before = pool->reserved_bytes;
     size_t gran = pool->granularity;
     gm_span **spans = NULL;
-    size_t n = free_spans_locked(pool, target, &spans);
+    size_t n = free_spans_locked(pool, target, max_segment, &spans);
     for (size_t i = 0; i < n && pool->reserved_bytes > target; i++)
         span_release_locked(pool, spans[i]);
     free(spans);

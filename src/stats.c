@@ -375,13 +375,14 @@ static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *u
 
 static gm_status check_arena(gm_pool *pool, const gm_arena *a, recount *rc)
 {
-    size_t free_before = rc->free_blocks, spans = 0;
+    size_t free_before = rc->free_blocks, spans = 0, span_bytes = 0;
     uint32_t *users = NULL;
     if (a->pages && !(users = calloc(a->page_count, sizeof *users)))
         return GM_ERR_HOST_MEMORY;
     gm_status st = GM_OK;
     for (const gm_span *s = a->spans; s && st == GM_OK; s = s->next) {
         spans++;
+        span_bytes += s->size;
         if (s->arena != a || (s->next && s->next->prev != s) || s->vmm != (a->pages != NULL))
             st = CORRUPT("span list of an arena is broken at 0x%" PRIxPTR, s->base);
         else
@@ -391,6 +392,8 @@ static gm_status check_arena(gm_pool *pool, const gm_arena *a, recount *rc)
     }
     if (st == GM_OK && spans != a->span_count)
         st = CORRUPT("arena counts %zu spans, found %zu", a->span_count, spans);
+    if (st == GM_OK && span_bytes != a->span_bytes)
+        st = CORRUPT("arena counts %zu bytes of spans, found %zu", a->span_bytes, span_bytes);
     if (st == GM_OK && a->pages)
         st = check_pages(pool, a, users, rc);
     free(users);

@@ -501,6 +501,75 @@ static void test_geometric_growth(void)
     gm_backend_destroy(be);
 }
 
+/* The small arena doubles: each new small segment is at least as large as the arena already is
+ * (until the geometric share of the pool, capped at growth_max / 16, takes over). */
+static void test_small_arena_doubles(void)
+{
+    gm_backend *be = sim_new(0, 0, 0);
+    gm_config cfg = {0};
+    cfg.cache_disable = 1;
+    gm_pool *p = pool_new(be, &cfg);
+    void *b[64];
+    /* 1000 KiB blocks, two per 2 MiB: segments of 2, 2, 4, 8, 16 MiB, reserving 2, 4, 8, 16,
+     * 32 MiB in all */
+    size_t want[] = {2, 4, 8, 16, 32}, n = 0;
+    for (size_t k = 0; k < 5; k++) {
+        while (n < want[k])
+            CHECK_OK(gm_alloc(p, 1000 * KiB, NULL, &b[n++]));
+        gm_stats st = stats_of(p);
+        CHECK_EQ_U(st.reserved_bytes, want[k] * MiB);
+        CHECK_EQ_U(st.segments, k + 1);
+    }
+    /* then capped at growth_max / 16 = 32 MiB: 32 MiB + 32 MiB */
+    CHECK_OK(gm_alloc(p, 1000 * KiB, NULL, &b[n++]));
+    CHECK_EQ_U(stats_of(p).reserved_bytes, 64 * MiB);
+    CHECK_EQ_U(stats_of(p).device_calls[GM_CALL_MEM_ALLOC], 6);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy_force(p));
+    gm_backend_destroy(be);
+}
+
+/* BEFORE_GROW gives back free segments to keep the peak flat, but never one larger than the
+ * growth that needs the room: that would pay a cudaFree of the larger segment (and a cudaMalloc
+ * when it is needed again) to keep fewer bytes off the peak. */
+static void test_release_no_larger_than_growth(void)
+{
+    gm_backend *be = sim_new(0, 0, 0);
+    gm_config cfg = {0};
+    cfg.cache_disable = 1;
+    gm_pool *p = pool_new(be, &cfg);
+    void *big, *small, *a, *b, *c;
+    CHECK_OK(gm_alloc(p, 200 * MiB, NULL, &big)); /* its own 200 MiB segment */
+    CHECK_OK(gm_free(p, big, NULL));              /* wholly free; the peak is 200 MiB */
+    CHECK_OK(gm_alloc(p, 1000 * KiB, NULL, &small)); /* the small arena grows by 4 MiB (1/64) */
+    gm_stats st = stats_of(p);
+    CHECK_EQ_U(st.device_calls[GM_CALL_MEM_FREE], 0); /* the 200 MiB segment stays */
+    CHECK_EQ_U(st.reserved_bytes, 204 * MiB);
+    CHECK_EQ_U(st.peak_reserved_bytes, 204 * MiB);
+    /* it serves the next large request without a device call */
+    CHECK_OK(gm_alloc(p, 150 * MiB, NULL, &big));
+    CHECK_EQ_U(stats_of(p).device_calls[GM_CALL_MEM_ALLOC], 2);
+    CHECK_OK(gm_free(p, big, NULL));
+    CHECK_OK(gm_free(p, small, NULL));
+    CHECK_OK(gm_pool_destroy(p));
+
+    /* segments no larger than the growth still go, when that keeps the peak flat */
+    p = pool_new(be, &cfg);
+    CHECK_OK(gm_alloc(p, 100 * MiB, NULL, &a));
+    CHECK_OK(gm_alloc(p, 100 * MiB, NULL, &b));
+    CHECK_OK(gm_free(p, a, NULL));
+    CHECK_OK(gm_free(p, b, NULL));
+    CHECK_OK(gm_alloc(p, 150 * MiB, NULL, &c)); /* 150 MiB does not fit either: both go */
+    st = stats_of(p);
+    CHECK_EQ_U(st.device_calls[GM_CALL_MEM_FREE], 2);
+    CHECK_EQ_U(st.reserved_bytes, 150 * MiB);
+    CHECK_EQ_U(st.peak_reserved_bytes, 200 * MiB);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free(p, c, NULL));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
 static void test_reset_peaks_and_names(void)
 {
     gm_backend *be = sim_new(0, 0, 0);
@@ -538,6 +607,8 @@ int main(void)
     test_streams();
     test_vmm_pages();
     test_geometric_growth();
+    test_small_arena_doubles();
+    test_release_no_larger_than_growth();
     test_reset_peaks_and_names();
     (void)callback_calls;
     return check_summary();
