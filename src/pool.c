@@ -1100,9 +1100,22 @@ static gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size, size
     return GM_ERR_OUT_OF_MEMORY;
 }
 
-gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32_t handle,
-                            gm_block **out)
+void pool_request(const gm_pool *pool, size_t size, gm_request *rq)
 {
+    rq->size = size;
+    rq->why = "the configuration refuses this size";
+    rq->kind = strategy_route(pool, size, &rq->why);
+    rq->granted = 0;
+    if (size && rq->kind >= 0) { /* size 0 is refused under the lock */
+        const gm_arena *ga = &pool->grant_arenas[rq->kind];
+        rq->granted = ga->ops->grant(pool, ga, size);
+    }
+}
+
+static gm_status alloc_request_locked(gm_pool *pool, const gm_request *rq, gm_stream stream,
+                                      uint32_t handle, gm_block **out)
+{
+    size_t size = rq->size;
     if (size == 0)
         return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
                                 "gm_alloc: size 0 is not a valid request");
@@ -1111,12 +1124,12 @@ gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32
     gm_heap *h = heap_of_locked(pool, stream);
     if (!h)
         return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (heap)");
-    const char *refused = "the configuration refuses this size";
-    int kind = strategy_route(pool, size, &refused);
-    if (kind < 0)
-        return fail_oom_locked(pool, size, stream, refused);
-    gm_arena *a = &h->arenas[kind];
-    size_t granted = a->ops->grant(pool, a, size);
+    if (rq->kind < 0)
+        return fail_oom_locked(pool, size, stream, rq->why);
+    gm_arena *a = &h->arenas[rq->kind];
+    size_t granted = rq->granted;
+    if (GM_DEBUG >= 2)
+        assert(granted == a->ops->grant(pool, a, size));
     size_t capacity = pool->backend->caps.capacity;
     if (!granted || granted > capacity || granted > pool->limit)
         return fail_oom_locked(pool, size, stream,
@@ -1156,18 +1169,25 @@ gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32
     return GM_OK;
 }
 
+gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32_t handle,
+                            gm_block **out)
+{
+    gm_request rq;
+    pool_request(pool, size, &rq);
+    return alloc_request_locked(pool, &rq, stream, handle, out);
+}
+
 gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
 {
     if (!pool || !out)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_alloc", "pool or out is NULL");
-    if (pool->tc_blocks && size) {
-        if (tcache_alloc(pool, size, stream, out))
-            return GM_OK;
-        tcache_register(pool); /* no-op once this thread has a cache */
-    }
+    gm_request rq;
+    pool_request(pool, size, &rq);
+    if (pool->tc_blocks && size && tcache_alloc(pool, &rq, stream, out))
+        return GM_OK;
     pthread_mutex_lock(&pool->lock);
     gm_block *b = NULL;
-    gm_status st = pool_alloc_locked(pool, size, stream, 0, &b);
+    gm_status st = alloc_request_locked(pool, &rq, stream, 0, &b);
     if (st != GM_OK)
         return pool_unlock(pool, st);
     if (GM_DEBUG >= 3)

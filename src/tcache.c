@@ -26,8 +26,8 @@
  * Whole-pool operations (stats, snapshot, check, trim, the OOM ladder) stop the world: they take
  * every cache's lock and every shard's lock, in that order, under the pool lock.
  *
- * Bounds: fast alloc O(tc_blocks) (a scan of at most 64 entries, skipped when a per-size-hash
- * count says no entry can match), fast free O(1).
+ * Bounds: fast alloc and free O(1): an allocation looks only at the entries whose granted size
+ * has the request's hash (a 64-bit set of entry indices per hash), newest index first.
  */
 #include "internal.h"
 #include "strategy.h"
@@ -35,7 +35,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-enum { TC_MAX = 64 };
+enum { TC_MAX = 64, TC_HASHES = 64 };
+static_assert(TC_MAX <= 64, "an entry set is one uint64_t");
 static const size_t TC_BYTES = (size_t)64 << 20;
 static const size_t TC_BLOCK_MAX = (size_t)16 << 20;
 
@@ -52,8 +53,8 @@ struct gm_tcache {
     gm_tcache *thread_next;           /* the owner thread's list */
     _Atomic unsigned count; /* changed under a shard lock; read by the owner without one */
     _Atomic size_t bytes;
-    _Atomic uint8_t by_hash[64]; /* entries per size hash: a miss costs one load, not a scan;
-                                    written like count */
+    _Atomic uint64_t by_hash[TC_HASHES]; /* bit i: entry i's size has this hash, so a lookup
+                                            visits only candidates; written like count */
     _Atomic int64_t live_delta, alloc_delta, blocks_delta;
     _Atomic uint64_t allocs, frees, hits;
     tc_entry e[TC_MAX];
@@ -78,6 +79,15 @@ static int64_t ssize(size_t v)
 static unsigned size_hash(size_t size)
 {
     return (unsigned)(((uint64_t)(size >> BLOCK_ALIGN_LOG2) * 0x9E3779B97F4A7C15ull) >> 58);
+}
+static_assert(TC_HASHES == 64, "size_hash takes 6 bits");
+
+/* The entry set of hash h, changed under a shard lock (one writer at a time). */
+static void hash_set(gm_tcache *tc, unsigned h, unsigned i, bool on)
+{
+    uint64_t m = atomic_load_explicit(&tc->by_hash[h], memory_order_relaxed);
+    m = on ? m | (1ull << i) : m & ~(1ull << i);
+    atomic_store_explicit(&tc->by_hash[h], m, memory_order_relaxed);
 }
 
 /* Counters of a cache are written only by its owner thread (under its lock), so an add is a
@@ -169,7 +179,7 @@ static void retire_entries_locked(gm_pool *pool, gm_tcache *tc)
     }
     atomic_store_explicit(&tc->count, 0, memory_order_relaxed);
     atomic_store_explicit(&tc->bytes, 0, memory_order_relaxed);
-    for (unsigned h = 0; h < 64; h++)
+    for (unsigned h = 0; h < TC_HASHES; h++)
         atomic_store_explicit(&tc->by_hash[h], 0, memory_order_relaxed);
 }
 
@@ -310,26 +320,26 @@ static void fast_peaks(gm_pool *pool, gm_tcache *tc)
     raise_to(&pool->peak_allocated, alloc);
 }
 
-bool tcache_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
+bool tcache_alloc(gm_pool *pool, const gm_request *rq, gm_stream stream, void **out)
 {
     gm_tcache *tc = mine(pool);
-    unsigned n = tc ? atomic_load_explicit(&tc->count, memory_order_relaxed) : 0;
-    if (!n)
+    if (!tc) {
+        tcache_register(pool); /* this thread's next free can use it */
         return false;
-    const char *why = NULL;
-    int kind = strategy_route(pool, size, &why);
-    if (kind < 0)
+    }
+    if (rq->kind < 0)
         return false;
-    const gm_arena *ga = &pool->grant_arenas[kind];
-    size_t granted = ga->ops->grant(pool, ga, size);
+    size_t granted = rq->granted;
     unsigned h = size_hash(granted);
-    if (!atomic_load_explicit(&tc->by_hash[h], memory_order_relaxed))
-        return false;
-    unsigned i = n;
-    while (i-- > 0)
+    /* The newest index whose entry matches: the candidates are the entries of hash h. */
+    uint64_t cand = atomic_load_explicit(&tc->by_hash[h], memory_order_relaxed);
+    unsigned i = 0;
+    for (; cand; cand &= ~(1ull << i)) {
+        i = floor_log2(cand);
         if (tc->e[i].size == granted && tc->e[i].stream == stream)
             break;
-    if (i == UINT32_MAX)
+    }
+    if (!cand)
         return false;
     gm_block *b = tc->e[i].b;
     live_shard *sh = shard_of(pool, b->addr);
@@ -338,12 +348,19 @@ bool tcache_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
     unsigned count = atomic_load_explicit(&tc->count, memory_order_relaxed);
     bool filed = tc->pool && i < count && tc->e[i].b == b && bmap_insert(&sh->map, b);
     if (filed) { /* all under the shard lock, so a stopped world sees it whole */
+        size_t size = rq->size;
+        unsigned last = count - 1;
         b->requested = size;
         b->tag = stream;
         flags_set(b, 0);
-        tc->e[i] = tc->e[count - 1];
-        atomic_store_explicit(&tc->count, count - 1, memory_order_relaxed);
-        atomic_store_explicit(&tc->by_hash[h], (uint8_t)(tc->by_hash[h] - 1), memory_order_relaxed);
+        hash_set(tc, h, i, false);
+        if (i != last) { /* the last entry moves into the hole */
+            unsigned hl = size_hash(tc->e[last].size);
+            hash_set(tc, hl, last, false);
+            hash_set(tc, hl, i, true);
+            tc->e[i] = tc->e[last];
+        }
+        atomic_store_explicit(&tc->count, last, memory_order_relaxed);
         atomic_store_explicit(&tc->bytes, tc->bytes - b->size, memory_order_relaxed);
         own_add(&tc->live_delta, ssize(size));
         own_add(&tc->alloc_delta, ssize(b->size));
@@ -377,8 +394,7 @@ bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream)
         flags_set(b, BLOCK_THREAD);
         tc->e[count] = (tc_entry){b, b->size, stream};
         atomic_store_explicit(&tc->count, count + 1, memory_order_relaxed);
-        unsigned h = size_hash(b->size);
-        atomic_store_explicit(&tc->by_hash[h], (uint8_t)(tc->by_hash[h] + 1), memory_order_relaxed);
+        hash_set(tc, size_hash(b->size), count, true);
         atomic_store_explicit(&tc->bytes, tc->bytes + b->size, memory_order_relaxed);
         own_add(&tc->live_delta, -ssize(b->requested));
         own_add(&tc->alloc_delta, -ssize(b->size));
