@@ -134,7 +134,7 @@ static size_t bmap_slot(const block_map *m, uintptr_t addr)
     return (size_t)(h >> 32) & (m->cap - 1);
 }
 
-static bool bmap_grow(block_map *m)
+static GM_COLD bool bmap_grow(block_map *m)
 {
     size_t cap = m->cap ? m->cap * 2 : 1024;
     gm_block **slots = calloc(cap, sizeof *slots);
@@ -388,12 +388,9 @@ gm_status gm_pool_config(gm_pool *pool, gm_config *out)
 
 /* ---------------------------------------------------------------- heaps */
 
-/* The heap of `stream`, created on first use; NULL if host memory is exhausted. */
-static gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream)
+/* A new heap for `stream`; NULL if host memory is exhausted. */
+static GM_COLD gm_heap *heap_add_locked(gm_pool *pool, gm_stream stream)
 {
-    for (size_t i = 0; i < pool->heap_count; i++)
-        if (pool->heaps[i].stream == stream)
-            return &pool->heaps[i];
     if (pool->heap_count == pool->heap_cap) {
         /* Arenas point back at their heap and spans at their arena: re-point them. */
         size_t cap = pool->heap_cap ? pool->heap_cap * 2 : 4;
@@ -430,6 +427,15 @@ static gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream)
         }
     }
     return h;
+}
+
+/* The heap of `stream`, created on first use; NULL if host memory is exhausted. */
+static gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream)
+{
+    for (size_t i = 0; i < pool->heap_count; i++)
+        if (pool->heaps[i].stream == stream)
+            return &pool->heaps[i];
+    return heap_add_locked(pool, stream);
 }
 
 /* ---------------------------------------------------------------- sizes */
@@ -746,11 +752,8 @@ static void drain_locked(gm_pool *pool)
     }
 }
 
-void note_stream_for_sync(gm_pool *pool, gm_stream s)
+static GM_COLD void add_stream_for_sync(gm_pool *pool, gm_stream s)
 {
-    for (size_t i = 0; i < pool->synced_count; i++)
-        if (pool->synced_streams[i] == s)
-            return;
     if (pool->synced_count == pool->synced_cap) {
         size_t cap = pool->synced_cap ? pool->synced_cap * 2 : 8;
         gm_stream *v = realloc(pool->synced_streams, cap * sizeof *v);
@@ -762,6 +765,14 @@ void note_stream_for_sync(gm_pool *pool, gm_stream s)
         pool->synced_cap = cap;
     }
     pool->synced_streams[pool->synced_count++] = s;
+}
+
+void note_stream_for_sync(gm_pool *pool, gm_stream s)
+{
+    for (size_t i = 0; i < pool->synced_count; i++)
+        if (pool->synced_streams[i] == s)
+            return;
+    add_stream_for_sync(pool, s);
 }
 
 static bool stream_listed(const gm_stream *streams, uint32_t n, gm_stream s)
@@ -1100,7 +1111,8 @@ static gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size, size
     return GM_ERR_OUT_OF_MEMORY;
 }
 
-void pool_request(const gm_pool *pool, size_t size, gm_request *rq)
+/* Route and grant `size` (no lock needed: the configuration never changes). */
+static inline void pool_request(const gm_pool *pool, size_t size, gm_request *rq)
 {
     rq->size = size;
     rq->why = "the configuration refuses this size";

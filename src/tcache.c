@@ -140,29 +140,33 @@ static void raise_to(_Atomic size_t *peak, size_t v)
         ;
 }
 
+/* Every locked allocation calls this: it adds up only the two deltas a peak needs. */
 void pool_update_peaks_locked(gm_pool *pool)
 {
-    if (!pool->tcaches) {
-        raise_to(&pool->peak_live, pool->live_bytes);
-        raise_to(&pool->peak_allocated, pool->allocated_bytes);
-        return;
+    int64_t live = ssize(atomic_load_explicit(&pool->live_bytes, memory_order_relaxed));
+    int64_t alloc = ssize(atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed));
+    for (const gm_tcache *tc = pool->tcaches; tc; tc = tc->pool_next) {
+        live += atomic_load_explicit(&tc->live_delta, memory_order_relaxed);
+        alloc += atomic_load_explicit(&tc->alloc_delta, memory_order_relaxed);
     }
-    pool_totals t;
-    pool_totals_locked(pool, &t);
-    raise_to(&pool->peak_live, t.live_bytes);
-    raise_to(&pool->peak_allocated, t.allocated_bytes);
+    raise_to(&pool->peak_live, (size_t)live);
+    raise_to(&pool->peak_allocated, (size_t)alloc);
 }
 
 /* ---------------------------------------------------------------- registry */
 
-static gm_tcache *mine(const gm_pool *pool)
+static GM_COLD gm_tcache *mine_search(const gm_pool *pool)
 {
-    if (tls_last && tls_last->pool_id == pool->id)
-        return tls_last;
     for (gm_tcache *tc = tls_list; tc; tc = tc->thread_next)
         if (tc->pool_id == pool->id)
             return tls_last = tc;
     return NULL;
+}
+
+static inline gm_tcache *mine(const gm_pool *pool)
+{
+    gm_tcache *tc = tls_last;
+    return tc && tc->pool_id == pool->id ? tc : mine_search(pool);
 }
 
 
@@ -320,31 +324,17 @@ static void fast_peaks(gm_pool *pool, gm_tcache *tc)
     raise_to(&pool->peak_allocated, alloc);
 }
 
-bool tcache_alloc(gm_pool *pool, const gm_request *rq, gm_stream stream, void **out)
+/* Take entry i, which matches rq on `stream`, out of the cache and make its block live; false
+ * if a whole-pool operation emptied the cache since the lookup, or the live map cannot grow.
+ * Out of line (a tail call): the lookup before it then needs no saved registers. */
+static __attribute__((noinline)) bool take_entry(gm_pool *pool, gm_tcache *tc, unsigned i,
+                                                 const gm_request *rq, gm_stream stream,
+                                                 void **out)
 {
-    gm_tcache *tc = mine(pool);
-    if (!tc) {
-        tcache_register(pool); /* this thread's next free can use it */
-        return false;
-    }
-    if (rq->kind < 0)
-        return false;
-    size_t granted = rq->granted;
-    unsigned h = size_hash(granted);
-    /* The newest index whose entry matches: the candidates are the entries of hash h. */
-    uint64_t cand = atomic_load_explicit(&tc->by_hash[h], memory_order_relaxed);
-    unsigned i = 0;
-    for (; cand; cand &= ~(1ull << i)) {
-        i = floor_log2(cand);
-        if (tc->e[i].size == granted && tc->e[i].stream == stream)
-            break;
-    }
-    if (!cand)
-        return false;
     gm_block *b = tc->e[i].b;
+    unsigned h = size_hash(rq->granted);
     live_shard *sh = shard_of(pool, b->addr);
     spin_lock(&sh->lock);
-    /* A whole-pool operation may have emptied the cache since the scan. */
     unsigned count = atomic_load_explicit(&tc->count, memory_order_relaxed);
     bool filed = tc->pool && i < count && tc->e[i].b == b && bmap_insert(&sh->map, b);
     if (filed) { /* all under the shard lock, so a stopped world sees it whole */
@@ -374,6 +364,27 @@ bool tcache_alloc(gm_pool *pool, const gm_request *rq, gm_stream stream, void **
     fast_peaks(pool, tc);
     *out = (void *)b->addr;
     return true;
+}
+
+bool tcache_alloc(gm_pool *pool, const gm_request *rq, gm_stream stream, void **out)
+{
+    gm_tcache *tc = mine(pool);
+    if (!tc) {
+        tcache_register(pool); /* this thread's next free can use it */
+        return false;
+    }
+    if (rq->kind < 0)
+        return false;
+    size_t granted = rq->granted;
+    unsigned h = size_hash(granted);
+    /* The newest index whose entry matches: the candidates are the entries of hash h. */
+    uint64_t cand = atomic_load_explicit(&tc->by_hash[h], memory_order_relaxed);
+    for (unsigned i; cand; cand &= ~(1ull << i)) {
+        i = floor_log2(cand);
+        if (tc->e[i].size == granted && tc->e[i].stream == stream)
+            return take_entry(pool, tc, i, rq, stream, out);
+    }
+    return false;
 }
 
 bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream)
