@@ -850,6 +850,15 @@ static void block_freed_locked(gm_pool *pool, gm_block *b, gm_stream stream)
     defer_block_locked(pool, b, others, n, false);
 }
 
+/* Free live block b on `stream`, already taken out of the live map (handle 0). */
+static void block_unmapped_free_locked(gm_pool *pool, gm_block *b, gm_stream stream)
+{
+    note_live(pool, b, false);
+    pool->free_count++;
+    note_stream_for_sync(pool, stream);
+    block_freed_locked(pool, b, stream);
+}
+
 /* GM_DEBUG 3: a full validation after every mutating call (the world stopped meanwhile). */
 static void debug_validate_locked(gm_pool *pool)
 {
@@ -1140,8 +1149,7 @@ static gm_status alloc_request_locked(gm_pool *pool, const gm_request *rq, gm_st
         return fail_oom_locked(pool, size, stream, rq->why);
     gm_arena *a = &h->arenas[rq->kind];
     size_t granted = rq->granted;
-    if (GM_DEBUG >= 2)
-        assert(granted == a->ops->grant(pool, a, size));
+    assert(GM_DEBUG < 2 || granted == a->ops->grant(pool, a, size));
     size_t capacity = pool->backend->caps.capacity;
     if (!granted || granted > capacity || granted > pool->limit)
         return fail_oom_locked(pool, size, stream,
@@ -1248,17 +1256,21 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
                                                   "gm_free: NULL is not a block"));
     live_shard *sh = shard_of(pool, addr);
     spin_lock(&sh->lock);
-    gm_block *b = bmap_lookup(&sh->map, addr);
+    size_t j = bmap_find(&sh->map, addr);
+    gm_block *b = j == SIZE_MAX ? NULL : sh->map.slots[j];
+    bool plain = b && !(b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) && !b->handle;
+    if (plain) /* out of the live map under the same lock: one lookup */
+        bmap_erase(&sh->map, j);
     spin_unlock(&sh->lock);
     if (!b)
         return pool_unlock(pool, pool_diagnose_pointer_locked(pool, addr, "gm_free"));
     if (b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) /* deferred until its exports are released */
         return pool_unlock(pool, share_free_exported_locked(pool, b, stream));
-    if (b->handle)
+    if (!plain)
         return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
                                                   "gm_free: %p is a movable block: free it with "
                                                   "gm_free_handle", ptr));
-    pool_free_block_locked(pool, b, stream);
+    block_unmapped_free_locked(pool, b, stream);
     if (GM_DEBUG >= 3)
         debug_validate_locked(pool);
     pthread_mutex_unlock(&pool->lock);
@@ -1272,10 +1284,7 @@ void pool_free_block_locked(gm_pool *pool, gm_block *b, gm_stream stream)
     bmap_erase(&sh->map, bmap_find(&sh->map, b->addr));
     b->handle = 0;
     spin_unlock(&sh->lock);
-    note_live(pool, b, false);
-    pool->free_count++;
-    note_stream_for_sync(pool, stream);
-    block_freed_locked(pool, b, stream);
+    block_unmapped_free_locked(pool, b, stream);
 }
 
 gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream)

@@ -92,12 +92,12 @@ static void hash_set(gm_tcache *tc, unsigned h, unsigned i, bool on)
 
 /* Counters of a cache are written only by its owner thread (under its lock), so an add is a
  * plain load and store; readers use relaxed loads. No locked read-modify-write on the fast path. */
-static void own_add(_Atomic int64_t *c, int64_t v)
+static inline void own_add(_Atomic int64_t *c, int64_t v)
 {
     atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v,
                           memory_order_relaxed);
 }
-static void own_inc(_Atomic uint64_t *c)
+static inline void own_inc(_Atomic uint64_t *c)
 {
     atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
                           memory_order_relaxed);
