@@ -1,8 +1,8 @@
 /*
  * The pool: gpumem's front door (DESIGN.md §2; the flow in full: docs/cache.md).
  *
- * gm_alloc:  this thread's cache (tcache.c, no pool lock) -> route and round -> the pool's
- *            cache (cache.c) -> the stream's heap -> arena -> strategy fit -> (miss) evict the
+ * gm_alloc:  route and round (once, no lock) -> this thread's cache (tcache.c, no pool lock)
+ *            -> the pool's cache (cache.c) -> the stream's heap -> arena -> strategy fit -> (miss) evict the
  *            arena's cached blocks, then the threads' -> grow the arena -> (device or cap full)
  *            the out-of-memory ladder -> GM_ERR_OUT_OF_MEMORY with the full message.
  * gm_free:   this thread's cache if only its stream used the block (no pool lock); else the
