@@ -242,16 +242,24 @@ static size_t cache_cap_now(const gm_pool *pool)
     return cap > CACHE_CAP_FLOOR ? cap : (c->cap < CACHE_CAP_FLOOR ? c->cap : CACHE_CAP_FLOOR);
 }
 
+static GM_COLD void evict_to_cap_locked(gm_pool *pool, int k, size_t cap)
+{
+    while (pool->cache.bytes > cap)
+        evict_one_locked(pool, k);
+}
+
 bool cache_put_locked(gm_pool *pool, gm_block *blk)
 {
     gm_cache *c = &pool->cache;
-    if (!c->enabled || blk->size > cache_cap_now(pool))
+    if (!c->enabled)
+        return false;
+    size_t cap = cache_cap_now(pool); /* filing changes no figure it depends on */
+    if (blk->size > cap)
         return false;
     int k = bucket_of(c, blk->size);
     file_block(c, blk);
-    size_t cap = cache_cap_now(pool);
-    while (c->bytes > cap)
-        evict_one_locked(pool, k);
+    if (c->bytes > cap)
+        evict_to_cap_locked(pool, k, cap);
     return true;
 }
 

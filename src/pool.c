@@ -1,8 +1,8 @@
 /*
  * The pool: gpumem's front door (DESIGN.md §2; the flow in full: docs/cache.md).
  *
- * gm_alloc:  this thread's cache (tcache.c, no pool lock) -> route and round -> the pool's
- *            cache (cache.c) -> the stream's heap -> arena -> strategy fit -> (miss) evict the
+ * gm_alloc:  route and round (once, no lock) -> this thread's cache (tcache.c, no pool lock)
+ *            -> the pool's cache (cache.c) -> the stream's heap -> arena -> strategy fit -> (miss) evict the
  *            arena's cached blocks, then the threads' -> grow the arena -> (device or cap full)
  *            the out-of-memory ladder -> GM_ERR_OUT_OF_MEMORY with the full message.
  * gm_free:   this thread's cache if only its stream used the block (no pool lock); else the
@@ -134,7 +134,7 @@ static size_t bmap_slot(const block_map *m, uintptr_t addr)
     return (size_t)(h >> 32) & (m->cap - 1);
 }
 
-static bool bmap_grow(block_map *m)
+static GM_COLD bool bmap_grow(block_map *m)
 {
     size_t cap = m->cap ? m->cap * 2 : 1024;
     gm_block **slots = calloc(cap, sizeof *slots);
@@ -388,12 +388,9 @@ gm_status gm_pool_config(gm_pool *pool, gm_config *out)
 
 /* ---------------------------------------------------------------- heaps */
 
-/* The heap of `stream`, created on first use; NULL if host memory is exhausted. */
-static gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream)
+/* A new heap for `stream`; NULL if host memory is exhausted. */
+static GM_COLD gm_heap *heap_add_locked(gm_pool *pool, gm_stream stream)
 {
-    for (size_t i = 0; i < pool->heap_count; i++)
-        if (pool->heaps[i].stream == stream)
-            return &pool->heaps[i];
     if (pool->heap_count == pool->heap_cap) {
         /* Arenas point back at their heap and spans at their arena: re-point them. */
         size_t cap = pool->heap_cap ? pool->heap_cap * 2 : 4;
@@ -430,6 +427,15 @@ static gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream)
         }
     }
     return h;
+}
+
+/* The heap of `stream`, created on first use; NULL if host memory is exhausted. */
+static gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream)
+{
+    for (size_t i = 0; i < pool->heap_count; i++)
+        if (pool->heaps[i].stream == stream)
+            return &pool->heaps[i];
+    return heap_add_locked(pool, stream);
 }
 
 /* ---------------------------------------------------------------- sizes */
@@ -755,11 +761,8 @@ static void drain_locked(gm_pool *pool)
     }
 }
 
-void note_stream_for_sync(gm_pool *pool, gm_stream s)
+static GM_COLD void add_stream_for_sync(gm_pool *pool, gm_stream s)
 {
-    for (size_t i = 0; i < pool->synced_count; i++)
-        if (pool->synced_streams[i] == s)
-            return;
     if (pool->synced_count == pool->synced_cap) {
         size_t cap = pool->synced_cap ? pool->synced_cap * 2 : 8;
         gm_stream *v = realloc(pool->synced_streams, cap * sizeof *v);
@@ -771,6 +774,14 @@ void note_stream_for_sync(gm_pool *pool, gm_stream s)
         pool->synced_cap = cap;
     }
     pool->synced_streams[pool->synced_count++] = s;
+}
+
+void note_stream_for_sync(gm_pool *pool, gm_stream s)
+{
+    for (size_t i = 0; i < pool->synced_count; i++)
+        if (pool->synced_streams[i] == s)
+            return;
+    add_stream_for_sync(pool, s);
 }
 
 static bool stream_listed(const gm_stream *streams, uint32_t n, gm_stream s)
@@ -846,6 +857,15 @@ static void block_freed_locked(gm_pool *pool, gm_block *b, gm_stream stream)
             others[n++] = others[i];
     b->extra_streams = others;
     defer_block_locked(pool, b, others, n, false);
+}
+
+/* Free live block b on `stream`, already taken out of the live map (handle 0). */
+static void block_unmapped_free_locked(gm_pool *pool, gm_block *b, gm_stream stream)
+{
+    note_live(pool, b, false);
+    pool->free_count++;
+    note_stream_for_sync(pool, stream);
+    block_freed_locked(pool, b, stream);
 }
 
 /* GM_DEBUG 3: a full validation after every mutating call (the world stopped meanwhile). */
@@ -1109,9 +1129,23 @@ static gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size, size
     return GM_ERR_OUT_OF_MEMORY;
 }
 
-gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32_t handle,
-                            gm_block **out)
+/* Route and grant `size` (no lock needed: the configuration never changes). */
+static inline void pool_request(const gm_pool *pool, size_t size, gm_request *rq)
 {
+    rq->size = size;
+    rq->why = "the configuration refuses this size";
+    rq->kind = strategy_route(pool, size, &rq->why);
+    rq->granted = 0;
+    if (size && rq->kind >= 0) { /* size 0 is refused under the lock */
+        const gm_arena *ga = &pool->grant_arenas[rq->kind];
+        rq->granted = ga->ops->grant(pool, ga, size);
+    }
+}
+
+static gm_status alloc_request_locked(gm_pool *pool, const gm_request *rq, gm_stream stream,
+                                      uint32_t handle, gm_block **out)
+{
+    size_t size = rq->size;
     if (size == 0)
         return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
                                 "gm_alloc: size 0 is not a valid request");
@@ -1120,12 +1154,11 @@ gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32
     gm_heap *h = heap_of_locked(pool, stream);
     if (!h)
         return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (heap)");
-    const char *refused = "the configuration refuses this size";
-    int kind = strategy_route(pool, size, &refused);
-    if (kind < 0)
-        return fail_oom_locked(pool, size, stream, refused);
-    gm_arena *a = &h->arenas[kind];
-    size_t granted = a->ops->grant(pool, a, size);
+    if (rq->kind < 0)
+        return fail_oom_locked(pool, size, stream, rq->why);
+    gm_arena *a = &h->arenas[rq->kind];
+    size_t granted = rq->granted;
+    assert(GM_DEBUG < 2 || granted == a->ops->grant(pool, a, size));
     size_t capacity = pool->backend->caps.capacity;
     if (!granted || granted > capacity || granted > pool->limit)
         return fail_oom_locked(pool, size, stream,
@@ -1165,18 +1198,25 @@ gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32
     return GM_OK;
 }
 
+gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32_t handle,
+                            gm_block **out)
+{
+    gm_request rq;
+    pool_request(pool, size, &rq);
+    return alloc_request_locked(pool, &rq, stream, handle, out);
+}
+
 gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
 {
     if (!pool || !out)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_alloc", "pool or out is NULL");
-    if (pool->tc_blocks && size) {
-        if (tcache_alloc(pool, size, stream, out))
-            return GM_OK;
-        tcache_register(pool); /* no-op once this thread has a cache */
-    }
+    gm_request rq;
+    pool_request(pool, size, &rq);
+    if (pool->tc_blocks && size && tcache_alloc(pool, &rq, stream, out))
+        return GM_OK;
     pthread_mutex_lock(&pool->lock);
     gm_block *b = NULL;
-    gm_status st = pool_alloc_locked(pool, size, stream, 0, &b);
+    gm_status st = alloc_request_locked(pool, &rq, stream, 0, &b);
     if (st != GM_OK)
         return pool_unlock(pool, st);
     if (GM_DEBUG >= 3)
@@ -1225,17 +1265,21 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
                                                   "gm_free: NULL is not a block"));
     live_shard *sh = shard_of(pool, addr);
     spin_lock(&sh->lock);
-    gm_block *b = bmap_lookup(&sh->map, addr);
+    size_t j = bmap_find(&sh->map, addr);
+    gm_block *b = j == SIZE_MAX ? NULL : sh->map.slots[j];
+    bool plain = b && !(b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) && !b->handle;
+    if (plain) /* out of the live map under the same lock: one lookup */
+        bmap_erase(&sh->map, j);
     spin_unlock(&sh->lock);
     if (!b)
         return pool_unlock(pool, pool_diagnose_pointer_locked(pool, addr, "gm_free"));
     if (b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) /* deferred until its exports are released */
         return pool_unlock(pool, share_free_exported_locked(pool, b, stream));
-    if (b->handle)
+    if (!plain)
         return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
                                                   "gm_free: %p is a movable block: free it with "
                                                   "gm_free_handle", ptr));
-    pool_free_block_locked(pool, b, stream);
+    block_unmapped_free_locked(pool, b, stream);
     if (GM_DEBUG >= 3)
         debug_validate_locked(pool);
     pthread_mutex_unlock(&pool->lock);
@@ -1249,10 +1293,7 @@ void pool_free_block_locked(gm_pool *pool, gm_block *b, gm_stream stream)
     bmap_erase(&sh->map, bmap_find(&sh->map, b->addr));
     b->handle = 0;
     spin_unlock(&sh->lock);
-    note_live(pool, b, false);
-    pool->free_count++;
-    note_stream_for_sync(pool, stream);
-    block_freed_locked(pool, b, stream);
+    block_unmapped_free_locked(pool, b, stream);
 }
 
 gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream)

@@ -26,8 +26,8 @@
  * Whole-pool operations (stats, snapshot, check, trim, the OOM ladder) stop the world: they take
  * every cache's lock and every shard's lock, in that order, under the pool lock.
  *
- * Bounds: fast alloc O(tc_blocks) (a scan of at most 64 entries, skipped when a per-size-hash
- * count says no entry can match), fast free O(1).
+ * Bounds: fast alloc and free O(1): an allocation looks only at the entries whose granted size
+ * has the request's hash (a 64-bit set of entry indices per hash), newest index first.
  */
 #include "internal.h"
 #include "strategy.h"
@@ -35,7 +35,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-enum { TC_MAX = 64 };
+enum { TC_MAX = 64, TC_HASHES = 64 };
+static_assert(TC_MAX <= 64, "an entry set is one uint64_t");
 static const size_t TC_BYTES = (size_t)64 << 20;
 static const size_t TC_BLOCK_MAX = (size_t)16 << 20;
 
@@ -52,8 +53,8 @@ struct gm_tcache {
     gm_tcache *thread_next;           /* the owner thread's list */
     _Atomic unsigned count; /* changed under a shard lock; read by the owner without one */
     _Atomic size_t bytes;
-    _Atomic uint8_t by_hash[64]; /* entries per size hash: a miss costs one load, not a scan;
-                                    written like count */
+    _Atomic uint64_t by_hash[TC_HASHES]; /* bit i: entry i's size has this hash, so a lookup
+                                            visits only candidates; written like count */
     _Atomic int64_t live_delta, alloc_delta, blocks_delta;
     _Atomic uint64_t allocs, frees, hits;
     tc_entry e[TC_MAX];
@@ -79,15 +80,24 @@ static unsigned size_hash(size_t size)
 {
     return (unsigned)(((uint64_t)(size >> BLOCK_ALIGN_LOG2) * 0x9E3779B97F4A7C15ull) >> 58);
 }
+static_assert(TC_HASHES == 64, "size_hash takes 6 bits");
+
+/* The entry set of hash h, changed under a shard lock (one writer at a time). */
+static void hash_set(gm_tcache *tc, unsigned h, unsigned i, bool on)
+{
+    uint64_t m = atomic_load_explicit(&tc->by_hash[h], memory_order_relaxed);
+    m = on ? m | (1ull << i) : m & ~(1ull << i);
+    atomic_store_explicit(&tc->by_hash[h], m, memory_order_relaxed);
+}
 
 /* Counters of a cache are written only by its owner thread (under its lock), so an add is a
  * plain load and store; readers use relaxed loads. No locked read-modify-write on the fast path. */
-static void own_add(_Atomic int64_t *c, int64_t v)
+static inline void own_add(_Atomic int64_t *c, int64_t v)
 {
     atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v,
                           memory_order_relaxed);
 }
-static void own_inc(_Atomic uint64_t *c)
+static inline void own_inc(_Atomic uint64_t *c)
 {
     atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
                           memory_order_relaxed);
@@ -130,29 +140,33 @@ static void raise_to(_Atomic size_t *peak, size_t v)
         ;
 }
 
+/* Every locked allocation calls this: it adds up only the two deltas a peak needs. */
 void pool_update_peaks_locked(gm_pool *pool)
 {
-    if (!pool->tcaches) {
-        raise_to(&pool->peak_live, pool->live_bytes);
-        raise_to(&pool->peak_allocated, pool->allocated_bytes);
-        return;
+    int64_t live = ssize(atomic_load_explicit(&pool->live_bytes, memory_order_relaxed));
+    int64_t alloc = ssize(atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed));
+    for (const gm_tcache *tc = pool->tcaches; tc; tc = tc->pool_next) {
+        live += atomic_load_explicit(&tc->live_delta, memory_order_relaxed);
+        alloc += atomic_load_explicit(&tc->alloc_delta, memory_order_relaxed);
     }
-    pool_totals t;
-    pool_totals_locked(pool, &t);
-    raise_to(&pool->peak_live, t.live_bytes);
-    raise_to(&pool->peak_allocated, t.allocated_bytes);
+    raise_to(&pool->peak_live, (size_t)live);
+    raise_to(&pool->peak_allocated, (size_t)alloc);
 }
 
 /* ---------------------------------------------------------------- registry */
 
-static gm_tcache *mine(const gm_pool *pool)
+static GM_COLD gm_tcache *mine_search(const gm_pool *pool)
 {
-    if (tls_last && tls_last->pool_id == pool->id)
-        return tls_last;
     for (gm_tcache *tc = tls_list; tc; tc = tc->thread_next)
         if (tc->pool_id == pool->id)
             return tls_last = tc;
     return NULL;
+}
+
+static inline gm_tcache *mine(const gm_pool *pool)
+{
+    gm_tcache *tc = tls_last;
+    return tc && tc->pool_id == pool->id ? tc : mine_search(pool);
 }
 
 
@@ -169,7 +183,7 @@ static void retire_entries_locked(gm_pool *pool, gm_tcache *tc)
     }
     atomic_store_explicit(&tc->count, 0, memory_order_relaxed);
     atomic_store_explicit(&tc->bytes, 0, memory_order_relaxed);
-    for (unsigned h = 0; h < 64; h++)
+    for (unsigned h = 0; h < TC_HASHES; h++)
         atomic_store_explicit(&tc->by_hash[h], 0, memory_order_relaxed);
 }
 
@@ -310,40 +324,33 @@ static void fast_peaks(gm_pool *pool, gm_tcache *tc)
     raise_to(&pool->peak_allocated, alloc);
 }
 
-bool tcache_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
+/* Take entry i, which matches rq on `stream`, out of the cache and make its block live; false
+ * if a whole-pool operation emptied the cache since the lookup, or the live map cannot grow.
+ * Out of line (a tail call): the lookup before it then needs no saved registers. */
+static __attribute__((noinline)) bool take_entry(gm_pool *pool, gm_tcache *tc, unsigned i,
+                                                 const gm_request *rq, gm_stream stream,
+                                                 void **out)
 {
-    gm_tcache *tc = mine(pool);
-    unsigned n = tc ? atomic_load_explicit(&tc->count, memory_order_relaxed) : 0;
-    if (!n)
-        return false;
-    const char *why = NULL;
-    int kind = strategy_route(pool, size, &why);
-    if (kind < 0)
-        return false;
-    const gm_arena *ga = &pool->grant_arenas[kind];
-    size_t granted = ga->ops->grant(pool, ga, size);
-    unsigned h = size_hash(granted);
-    if (!atomic_load_explicit(&tc->by_hash[h], memory_order_relaxed))
-        return false;
-    unsigned i = n;
-    while (i-- > 0)
-        if (tc->e[i].size == granted && tc->e[i].stream == stream)
-            break;
-    if (i == UINT32_MAX)
-        return false;
     gm_block *b = tc->e[i].b;
+    unsigned h = size_hash(rq->granted);
     live_shard *sh = shard_of(pool, b->addr);
     spin_lock(&sh->lock);
-    /* A whole-pool operation may have emptied the cache since the scan. */
     unsigned count = atomic_load_explicit(&tc->count, memory_order_relaxed);
     bool filed = tc->pool && i < count && tc->e[i].b == b && bmap_insert(&sh->map, b);
     if (filed) { /* all under the shard lock, so a stopped world sees it whole */
+        size_t size = rq->size;
+        unsigned last = count - 1;
         b->requested = size;
         b->tag = stream;
         flags_set(b, 0);
-        tc->e[i] = tc->e[count - 1];
-        atomic_store_explicit(&tc->count, count - 1, memory_order_relaxed);
-        atomic_store_explicit(&tc->by_hash[h], (uint8_t)(tc->by_hash[h] - 1), memory_order_relaxed);
+        hash_set(tc, h, i, false);
+        if (i != last) { /* the last entry moves into the hole */
+            unsigned hl = size_hash(tc->e[last].size);
+            hash_set(tc, hl, last, false);
+            hash_set(tc, hl, i, true);
+            tc->e[i] = tc->e[last];
+        }
+        atomic_store_explicit(&tc->count, last, memory_order_relaxed);
         atomic_store_explicit(&tc->bytes, tc->bytes - b->size, memory_order_relaxed);
         own_add(&tc->live_delta, ssize(size));
         own_add(&tc->alloc_delta, ssize(b->size));
@@ -357,6 +364,27 @@ bool tcache_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
     fast_peaks(pool, tc);
     *out = (void *)b->addr;
     return true;
+}
+
+bool tcache_alloc(gm_pool *pool, const gm_request *rq, gm_stream stream, void **out)
+{
+    gm_tcache *tc = mine(pool);
+    if (!tc) {
+        tcache_register(pool); /* this thread's next free can use it */
+        return false;
+    }
+    if (rq->kind < 0)
+        return false;
+    size_t granted = rq->granted;
+    unsigned h = size_hash(granted);
+    /* The newest index whose entry matches: the candidates are the entries of hash h. */
+    uint64_t cand = atomic_load_explicit(&tc->by_hash[h], memory_order_relaxed);
+    for (unsigned i; cand; cand &= ~(1ull << i)) {
+        i = floor_log2(cand);
+        if (tc->e[i].size == granted && tc->e[i].stream == stream)
+            return take_entry(pool, tc, i, rq, stream, out);
+    }
+    return false;
 }
 
 bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream)
@@ -377,8 +405,7 @@ bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream)
         flags_set(b, BLOCK_THREAD);
         tc->e[count] = (tc_entry){b, b->size, stream};
         atomic_store_explicit(&tc->count, count + 1, memory_order_relaxed);
-        unsigned h = size_hash(b->size);
-        atomic_store_explicit(&tc->by_hash[h], (uint8_t)(tc->by_hash[h] + 1), memory_order_relaxed);
+        hash_set(tc, size_hash(b->size), count, true);
         atomic_store_explicit(&tc->bytes, tc->bytes + b->size, memory_order_relaxed);
         own_add(&tc->live_delta, -ssize(b->requested));
         own_add(&tc->alloc_delta, -ssize(b->size));

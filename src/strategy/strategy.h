@@ -9,7 +9,9 @@
  * Calls, all under the pool lock:
  *   init / fini      create and destroy the arena's state (a->state)
  *   grant            granted size for a request in this arena (the strategy's rounding), or 0
- *                    if the arena cannot serve the request at all
+ *                    if the arena cannot serve the request at all; a function of the
+ *                    configuration and a->kind only (gm_alloc asks the pool's state-only
+ *                    grant_arenas once, without the lock, for every heap)
  *   segment_size     bytes of a new plain segment to serve a block of `granted` bytes
  *   add_span         a new span holding one free block (s->first) joins the arena
  *   remove_span      a wholly free span leaves: forget its free block(s) (the pool frees the
