@@ -23,9 +23,9 @@
  * gm_config.stream_wait the block goes at once and T is made to wait for the event instead.
  *
  * Invariants (cache_check_locked): every cached block is flagged BLOCK_CACHED, filed on exactly
- * the list of its class in the bucket of its size and on that bucket's age list; the bitmap
- * matches the non-empty lists; LRU links hold each non-empty class once; the counters equal a
- * recount; cached bytes <= cap after every put.
+ * the list of its class in the bucket of its size (both recorded in the block when filed) and on
+ * that bucket's age list; the bitmap matches the non-empty lists; LRU links hold each non-empty
+ * class once; the counters equal a recount; cached bytes <= cap after every put.
  *
  * Bounds: put, take and evict are O(1): a take scans at most SCAN_LIMIT blocks per class and at
  * most CLASS_LIMIT classes.
