@@ -23,9 +23,9 @@
  * gm_config.stream_wait the block goes at once and T is made to wait for the event instead.
  *
  * Invariants (cache_check_locked): every cached block is flagged BLOCK_CACHED, filed on exactly
- * the list of its class in the bucket of its size and on that bucket's age list; the bitmap
- * matches the non-empty lists; LRU links hold each non-empty class once; the counters equal a
- * recount; cached bytes <= cap after every put.
+ * the list of its class in the bucket of its size (both recorded in the block when filed) and on
+ * that bucket's age list; the bitmap matches the non-empty lists; LRU links hold each non-empty
+ * class once; the counters equal a recount; cached bytes <= cap after every put.
  *
  * Bounds: put, take and evict are O(1): a take scans at most SCAN_LIMIT blocks per class and at
  * most CLASS_LIMIT classes.
@@ -47,13 +47,6 @@ static unsigned class_of(size_t size)
     unsigned sub = (unsigned)(size >> (top - CACHE_SL_LOG2)) & (CACHE_SL_COUNT - 1);
     unsigned c = (top - BLOCK_ALIGN_LOG2) * CACHE_SL_COUNT + sub;
     return c < CACHE_CLASSES ? c : CACHE_CLASSES - 1;
-}
-
-/* Smallest size filed in class c. */
-static size_t class_min(unsigned c)
-{
-    unsigned top = c / CACHE_SL_COUNT + BLOCK_ALIGN_LOG2, sub = c % CACHE_SL_COUNT;
-    return ((size_t)1 << top) + ((size_t)sub << (top - CACHE_SL_LOG2));
 }
 
 static int bucket_of(const gm_cache *c, size_t size)
@@ -114,10 +107,13 @@ static void lru_touch(cache_bucket *b, unsigned c)
 
 /* ---------------------------------------------------------------- filing */
 
-static void file_block(gm_cache *c, gm_block *blk)
+/* File blk in class cl of bucket k (its size's: computed once by the caller, kept in the record
+ * for unfile_block). */
+static void file_block(gm_cache *c, gm_block *blk, int k, unsigned cl)
 {
-    cache_bucket *b = &c->buckets[bucket_of(c, blk->size)];
-    unsigned cl = class_of(blk->size);
+    cache_bucket *b = &c->buckets[k];
+    blk->cache_class = (uint16_t)cl;
+    blk->cache_bucket = (uint8_t)k;
     blk->free_prev = NULL;
     blk->free_next = b->heads[cl];
     if (b->heads[cl])
@@ -141,10 +137,12 @@ static void file_block(gm_cache *c, gm_block *blk)
     flags_add(blk, BLOCK_CACHED);
 }
 
-static void unfile_block(gm_cache *c, gm_block *blk)
+/* Take blk out of the cache; true if its class still holds blocks. */
+static bool unfile_block(gm_cache *c, gm_block *blk)
 {
-    cache_bucket *b = &c->buckets[bucket_of(c, blk->size)];
-    unsigned cl = class_of(blk->size);
+    cache_bucket *b = &c->buckets[blk->cache_bucket];
+    unsigned cl = blk->cache_class;
+    bool left = true;
     if (blk->free_prev)
         blk->free_prev->free_next = blk->free_next;
     else
@@ -156,6 +154,7 @@ static void unfile_block(gm_cache *c, gm_block *blk)
     if (!b->heads[cl]) {
         b->class_map[cl / 64] &= ~(1ull << (cl % 64));
         lru_unlink(b, cl);
+        left = false;
     }
     if (blk->age_prev)
         blk->age_prev->age_next = blk->age_next;
@@ -171,6 +170,7 @@ static void unfile_block(gm_cache *c, gm_block *blk)
     c->bytes -= blk->size;
     c->blocks--;
     flags_drop(blk, BLOCK_CACHED);
+    return left;
 }
 
 /* ---------------------------------------------------------------- eviction */
@@ -257,7 +257,7 @@ bool cache_put_locked(gm_pool *pool, gm_block *blk)
     if (blk->size > cap)
         return false;
     int k = bucket_of(c, blk->size);
-    file_block(c, blk);
+    file_block(c, blk, k, class_of(blk->size));
     if (c->bytes > cap)
         evict_to_cap_locked(pool, k, cap);
     return true;
@@ -265,11 +265,9 @@ bool cache_put_locked(gm_pool *pool, gm_block *blk)
 
 /* ---------------------------------------------------------------- lookup */
 
-/* May `blk`, last used on blk->tag, go to a request on `s` now? */
-static bool stream_ready_locked(gm_pool *pool, gm_block *blk, gm_stream s)
+/* May `blk`, last used on another stream than `s`, go to a request on `s` now? */
+static GM_COLD bool other_stream_ready_locked(gm_pool *pool, gm_block *blk, gm_stream s)
 {
-    if (blk->tag == s)
-        return true;
     gm_backend *be = pool->backend;
     if (!blk->cache_event) {
         gm_event ev = 0;
@@ -295,21 +293,36 @@ static gm_block *scan_class(gm_pool *pool, gm_block *head, size_t granted, size_
 {
     unsigned seen = 0;
     for (gm_block *blk = head; blk && seen < SCAN_LIMIT; blk = blk->free_next, seen++)
-        if (blk->size >= granted && blk->size <= hi && stream_ready_locked(pool, blk, s))
+        if (blk->size >= granted && blk->size <= hi &&
+            (blk->tag == s || other_stream_ready_locked(pool, blk, s)))
             return blk;
     return NULL;
 }
 
-static int next_class(const cache_bucket *b, unsigned from)
+/* The first usable block of the non-empty classes from class_of(granted) to class_of(hi) (the
+ * classes that can hold a size in [granted, hi]), at most CLASS_LIMIT of them, in order. The
+ * window is masked out of the class bitmap once, a word at a time. */
+static gm_block *find_block(gm_pool *pool, cache_bucket *b, size_t granted, size_t hi,
+                            gm_stream s)
 {
-    for (unsigned w = from / 64; w < CACHE_MAP_WORDS; w++) {
+    unsigned first = class_of(granted), last = hi == granted ? first : class_of(hi);
+    unsigned tried = 0;
+    for (unsigned w = first / 64; w <= last / 64; w++) {
         uint64_t m = b->class_map[w];
-        if (w == from / 64)
-            m &= ~0ull << (from % 64);
-        if (m)
-            return (int)(w * 64 + (unsigned)__builtin_ctzll(m));
+        if (w == first / 64)
+            m &= ~0ull << (first % 64);
+        if (w == last / 64)
+            m &= ~0ull >> (63 - last % 64);
+        for (; m; m &= m - 1) {
+            if (tried++ == CLASS_LIMIT)
+                return NULL;
+            gm_block *found =
+                scan_class(pool, b->heads[w * 64 + (unsigned)__builtin_ctzll(m)], granted, hi, s);
+            if (found)
+                return found;
+        }
     }
-    return -1;
+    return NULL;
 }
 
 gm_block *cache_take_locked(gm_pool *pool, size_t granted, gm_stream s)
@@ -317,30 +330,21 @@ gm_block *cache_take_locked(gm_pool *pool, size_t granted, gm_stream s)
     gm_cache *c = &pool->cache;
     if (!c->enabled)
         return NULL;
-    int k = bucket_of(c, granted);
-    cache_bucket *b = &c->buckets[k];
+    cache_bucket *b = &c->buckets[bucket_of(c, granted)];
     gm_block *found = NULL;
     if (b->blocks) {
         size_t hi = b->match == GM_MATCH_EXACT    ? granted
                     : b->match == GM_MATCH_APPROX ? granted + (size_t)((double)granted * c->ratio)
                                                   : SIZE_MAX;
-        unsigned first = class_of(granted), tried = 0;
-        for (int cl = next_class(b, first); cl >= 0 && !found && tried < CLASS_LIMIT;
-             cl = next_class(b, (unsigned)cl + 1), tried++) {
-            if (class_min((unsigned)cl) > hi)
-                break;
-            found = scan_class(pool, b->heads[cl], granted, hi, s);
-        }
+        found = find_block(pool, b, granted, hi, s);
     }
     if (!found) {
         b->misses++;
         return NULL;
     }
     b->hits++;
-    unfile_block(c, found);
-    unsigned cl = class_of(found->size);
-    if (b->heads[cl]) /* a hit makes its class recently used (LRU) */
-        lru_touch(b, cl);
+    if (unfile_block(c, found)) /* a hit makes its class recently used (LRU) */
+        lru_touch(b, found->cache_class);
     if (found->tag != s)
         pool->cross_stream_reuses++;
     if (found->cache_event) {
@@ -382,7 +386,8 @@ gm_status cache_check_locked(const gm_pool *pool, size_t *blocks_out, char *why,
             const gm_block *last = NULL;
             for (const gm_block *blk = b->heads[cl]; blk; last = blk, blk = blk->free_next) {
                 if (!(blk->flags & BLOCK_CACHED) || class_of(blk->size) != cl ||
-                    bucket_of(c, blk->size) != k || blk->free_prev != last) {
+                    bucket_of(c, blk->size) != k || blk->cache_class != cl ||
+                    blk->cache_bucket != k || blk->free_prev != last) {
                     snprintf(why, len, "cache: block 0x%zx misfiled", (size_t)blk->addr);
                     return GM_ERR_CORRUPT;
                 }

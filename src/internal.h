@@ -72,7 +72,10 @@ typedef struct gm_block {
                                flags_set/flags_add/flags_drop: one owner writes at a time (the
                                pool lock, or the shard lock of a block in a thread cache), so a
                                relaxed store does, without a locked instruction */
+    uint16_t cache_class;  /* cached: its size class and bucket, set when filed (cache.c), so */
+    uint8_t cache_bucket;  /* unfiling need not recompute them; stale otherwise */
 } gm_block;
+static_assert(sizeof(gm_block) == 128, "a block record is two cache lines");
 
 static inline void flags_set(gm_block *b, uint32_t v)
 {

@@ -99,29 +99,44 @@ gm_status gm_pool_set_error_callback(gm_pool *pool, gm_error_fn fn, void *user)
 
 /* ---------------------------------------------------------------- block records */
 
-gm_block *block_new_locked(gm_pool *pool)
+static GM_COLD bool block_chunk_add_locked(gm_pool *pool)
 {
-    if (!pool->spare_blocks) {
-        block_chunk *c = aligned_alloc(64, round_up(sizeof *c, 64));
-        if (!c)
-            return NULL;
-        c->next = pool->chunks;
-        pool->chunks = c;
-        for (size_t i = 0; i < BLOCK_CHUNK_COUNT; i++) {
-            c->blocks[i].free_next = pool->spare_blocks;
-            pool->spare_blocks = &c->blocks[i];
-        }
+    block_chunk *c = aligned_alloc(64, round_up(sizeof *c, 64));
+    if (!c)
+        return false;
+    c->next = pool->chunks;
+    pool->chunks = c;
+    for (size_t i = 0; i < BLOCK_CHUNK_COUNT; i++) {
+        c->blocks[i].free_next = pool->spare_blocks;
+        pool->spare_blocks = &c->blocks[i];
     }
+    return true;
+}
+
+/* A spare record, its contents stale: the caller writes every field. */
+static inline gm_block *block_record_locked(gm_pool *pool)
+{
+    if (!pool->spare_blocks && !block_chunk_add_locked(pool))
+        return NULL;
     gm_block *b = pool->spare_blocks;
     pool->spare_blocks = b->free_next;
-    memset(b, 0, sizeof *b);
+    return b;
+}
+
+gm_block *block_new_locked(gm_pool *pool)
+{
+    gm_block *b = block_record_locked(pool);
+    if (b)
+        memset(b, 0, sizeof *b);
     return b;
 }
 
 void block_delete_locked(gm_pool *pool, gm_block *b)
 {
-    free(b->extra_streams);
-    b->extra_streams = NULL;
+    if (b->extra_streams) { /* free(NULL) is a library call too */
+        free(b->extra_streams);
+        b->extra_streams = NULL;
+    }
     b->free_next = pool->spare_blocks;
     pool->spare_blocks = b;
 }
@@ -502,15 +517,26 @@ size_t pool_default_segment_size(const gm_pool *pool, const gm_arena *a, size_t 
 
 gm_block *block_split_locked(gm_pool *pool, gm_block *b, size_t size)
 {
-    gm_block *rest = block_new_locked(pool);
+    gm_block *rest = block_record_locked(pool);
     if (!rest)
         return NULL;
+    /* Every field but the cache's (stale until filed) one by one: a memset of the record, or a
+     * compound literal, costs a library call or a `rep stos`. A new field of gm_block must be
+     * set here too (the size assertion in internal.h flags a change of the record). */
     rest->addr = b->addr + size;
     rest->size = b->size - size;
-    rest->span = b->span;
-    flags_set(rest, BLOCK_FREE);
+    rest->requested = 0;
     rest->phys_prev = b;
     rest->phys_next = b->phys_next;
+    rest->free_prev = rest->free_next = NULL;
+    rest->age_prev = rest->age_next = NULL;
+    rest->span = b->span;
+    rest->tag = 0;
+    rest->cache_event = 0;
+    rest->extra_streams = NULL;
+    rest->extra_count = 0;
+    rest->handle = 0;
+    flags_set(rest, BLOCK_FREE);
     if (b->phys_next)
         b->phys_next->phys_prev = rest;
     b->phys_next = rest;
@@ -535,8 +561,10 @@ void block_untake_locked(gm_pool *pool, gm_block *b)
     flags_set(b, BLOCK_FREE);
     b->requested = 0;
     b->handle = 0;
-    free(b->extra_streams);
-    b->extra_streams = NULL;
+    if (b->extra_streams) {
+        free(b->extra_streams);
+        b->extra_streams = NULL;
+    }
     b->extra_count = 0;
     s->live_blocks--;
     s->arena->ops->give(pool, s->arena, b);

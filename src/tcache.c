@@ -42,6 +42,8 @@ static const size_t TC_BLOCK_MAX = (size_t)16 << 20;
 
 typedef struct tc_entry {
     gm_block *b;
+    uintptr_t addr; /* b->addr: the lookup finds the shard without touching the record, which a
+                       stopped world may have retired and recycled meanwhile (a data race) */
     size_t size;
     gm_stream stream;
 } tc_entry;
@@ -333,7 +335,7 @@ static __attribute__((noinline)) bool take_entry(gm_pool *pool, gm_tcache *tc, u
 {
     gm_block *b = tc->e[i].b;
     unsigned h = size_hash(rq->granted);
-    live_shard *sh = shard_of(pool, b->addr);
+    live_shard *sh = shard_of(pool, tc->e[i].addr);
     spin_lock(&sh->lock);
     unsigned count = atomic_load_explicit(&tc->count, memory_order_relaxed);
     bool filed = tc->pool && i < count && tc->e[i].b == b && bmap_insert(&sh->map, b);
@@ -403,7 +405,7 @@ bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream)
     if (take) { /* all under the shard lock, so a stopped world sees it whole */
         bmap_erase(&sh->map, j);
         flags_set(b, BLOCK_THREAD);
-        tc->e[count] = (tc_entry){b, b->size, stream};
+        tc->e[count] = (tc_entry){b, addr, b->size, stream};
         atomic_store_explicit(&tc->count, count + 1, memory_order_relaxed);
         hash_set(tc, size_hash(b->size), count, true);
         atomic_store_explicit(&tc->bytes, tc->bytes + b->size, memory_order_relaxed);

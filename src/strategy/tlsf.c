@@ -70,10 +70,9 @@ static void tlsf_insert(tlsf *t, gm_block *b)
     t->free_blocks++;
 }
 
-static void tlsf_remove(tlsf *t, gm_block *b)
+/* Remove b from list (fl, sl), the one its size maps to. */
+static void tlsf_unlink(tlsf *t, gm_block *b, unsigned fl, unsigned sl)
 {
-    unsigned fl, sl;
-    mapping(b->size, &fl, &sl);
     if (b->free_prev)
         b->free_prev->free_next = b->free_next;
     else
@@ -87,6 +86,13 @@ static void tlsf_remove(tlsf *t, gm_block *b)
             t->fl_bitmap &= ~(1ull << fl);
     }
     t->free_blocks--;
+}
+
+static void tlsf_remove(tlsf *t, gm_block *b)
+{
+    unsigned fl, sl;
+    mapping(b->size, &fl, &sl);
+    tlsf_unlink(t, b, fl, sl);
 }
 
 /* Best fit among the first FIT_SCAN blocks of one list, or NULL. */
@@ -104,9 +110,11 @@ static gm_block *best_in_list(gm_block *head, size_t size)
     return best;
 }
 
-/* Head of the first non-empty list strictly above class (fl, sl), or NULL. */
-static gm_block *first_above(const tlsf *t, unsigned fl, unsigned sl)
+/* Head of the first non-empty list strictly above class (fl, sl), or NULL; (fl, sl) become
+ * that list's. */
+static gm_block *first_above(const tlsf *t, unsigned *flp, unsigned *slp)
 {
+    unsigned fl = *flp, sl = *slp;
     uint32_t sl_map = sl + 1 < TLSF_SL_COUNT ? t->sl_bitmap[fl] & (~0u << (sl + 1)) : 0;
     if (!sl_map) {
         uint64_t fl_map = fl + 1 < 64 ? t->fl_bitmap & (~0ull << (fl + 1)) : 0;
@@ -115,16 +123,18 @@ static gm_block *first_above(const tlsf *t, unsigned fl, unsigned sl)
         fl = (unsigned)__builtin_ctzll(fl_map);
         sl_map = t->sl_bitmap[fl];
     }
-    return t->heads[fl][(unsigned)__builtin_ctz(sl_map)];
+    *flp = fl;
+    *slp = (unsigned)__builtin_ctz(sl_map);
+    return t->heads[fl][*slp];
 }
 
-static gm_block *tlsf_find(tlsf *t, size_t size)
+/* A free block of at least `size` bytes, and the list (fl, sl) it is on; NULL if none. */
+static gm_block *tlsf_find(tlsf *t, size_t size, unsigned *fl, unsigned *sl)
 {
-    unsigned fl, sl;
-    mapping(size, &fl, &sl);
-    if (fl >= TLSF_FL_COUNT)
+    mapping(size, fl, sl);
+    if (*fl >= TLSF_FL_COUNT)
         return NULL;
-    gm_block *b = best_in_list(t->heads[fl][sl], size);
+    gm_block *b = best_in_list(t->heads[*fl][*sl], size);
     return b ? b : first_above(t, fl, sl);
 }
 
@@ -199,10 +209,12 @@ static void tlsf_remove_span(gm_pool *pool, gm_arena *a, gm_span *s)
     tlsf_remove(a->state, s->first);
 }
 
-/* Remove free block b (filed) and return its front `size` bytes, filing the rest. */
-static gm_block *tlsf_carve(gm_pool *pool, tlsf *t, gm_block *b, size_t size)
+/* Remove free block b (filed on list (fl, sl)) and return its front `size` bytes, filing the
+ * rest. */
+static gm_block *tlsf_carve(gm_pool *pool, tlsf *t, gm_block *b, unsigned fl, unsigned sl,
+                            size_t size)
 {
-    tlsf_remove(t, b);
+    tlsf_unlink(t, b, fl, sl);
     if (b->size - size >= BLOCK_ALIGN) {
         gm_block *rest = block_split_locked(pool, b, size);
         if (!rest) {
@@ -217,13 +229,18 @@ static gm_block *tlsf_carve(gm_pool *pool, tlsf *t, gm_block *b, size_t size)
 static gm_block *tlsf_take(gm_pool *pool, gm_arena *a, size_t size)
 {
     tlsf *t = a->state;
-    gm_block *b = tlsf_find(t, size);
-    return b ? tlsf_carve(pool, t, b, size) : NULL;
+    unsigned fl, sl;
+    gm_block *b = tlsf_find(t, size, &fl, &sl);
+    return b ? tlsf_carve(pool, t, b, fl, sl, size) : NULL;
 }
 
 static gm_block *tlsf_take_at(gm_pool *pool, gm_arena *a, gm_block *fb, size_t size)
 {
-    return fb->size >= size ? tlsf_carve(pool, a->state, fb, size) : NULL;
+    if (fb->size < size)
+        return NULL;
+    unsigned fl, sl;
+    mapping(fb->size, &fl, &sl);
+    return tlsf_carve(pool, a->state, fb, fl, sl, size);
 }
 
 static void tlsf_give(gm_pool *pool, gm_arena *a, gm_block *b)
