@@ -260,6 +260,7 @@ struct gm_pool {
     _Atomic unsigned tc_count;
     unsigned tc_blocks;     /* blocks per thread cache; 0 = off */
     gm_arena grant_arenas[ARENA_COUNT]; /* state-only arenas for lock-free grant() calls */
+    bool tlsf_only; /* strategy_tlsf_only: gm_alloc routes and grants inline, no calls */
     uint64_t thread_hits_folded; /* fast-path hits of caches that were detached */
     uint64_t device_calls[GM_CALL_KINDS];
     uint64_t device_time_ns;

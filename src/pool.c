@@ -455,22 +455,6 @@ static gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream)
 
 /* ---------------------------------------------------------------- sizes */
 
-size_t pool_round_size(const gm_pool *pool, size_t size)
-{
-    size_t g = pool->cfg.min_block_bytes;
-    if (size > SIZE_MAX / 2)
-        return 0;
-    size_t r = round_up(size, g);
-    unsigned div = pool->cfg.roundup_power2_divisions;
-    if (div > 1 && r >= MIB) {
-        size_t floor = (size_t)1 << floor_log2(r);
-        size_t step = floor / div;
-        if (step >= g)
-            r = round_up(r, step);
-    }
-    return r;
-}
-
 static size_t clamp_size(size_t v, size_t lo, size_t hi)
 {
     return v < lo ? lo : v > hi ? hi : v;
@@ -939,6 +923,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
         atomic_flag_clear(&pool->shards[i].lock);
     pthread_mutex_init(&pool->lock, NULL);
     defrag_init(pool);
+    pool->tlsf_only = strategy_tlsf_only(pool->cfg.strategy);
     for (int k = 0; k < ARENA_COUNT; k++) { /* arenas that only answer grant() */
         gm_arena *ga = &pool->grant_arenas[k];
         ga->kind = k;
@@ -1161,6 +1146,11 @@ static gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size, size
 static inline void pool_request(const gm_pool *pool, size_t size, gm_request *rq)
 {
     rq->size = size;
+    if (pool->tlsf_only) { /* strategy_route and tlsf's grant, inline (strategy.h) */
+        rq->kind = size <= pool->cfg.small_request_max ? ARENA_SMALL : ARENA_LARGE;
+        rq->granted = size ? pool_round_size(pool, size) : 0;
+        return;
+    }
     rq->why = "the configuration refuses this size";
     rq->kind = strategy_route(pool, size, &rq->why);
     rq->granted = 0;

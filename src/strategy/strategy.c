@@ -42,6 +42,13 @@ const strategy_ops *strategy_of(gm_strategy s, int arena_kind)
     return row_of(s)->arena[arena_kind];
 }
 
+bool strategy_tlsf_only(gm_strategy s)
+{
+    const strategy_row *r = row_of(s);
+    return r->arena[ARENA_SMALL] == &tlsf_strategy && r->arena[ARENA_LARGE] == &tlsf_strategy &&
+           r->route == ROUTE_SMALL_REQUEST_MAX;
+}
+
 int strategy_route(const gm_pool *pool, size_t size, const char **why)
 {
     const gm_config *c = &pool->cfg;

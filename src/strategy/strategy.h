@@ -11,7 +11,8 @@
  *   grant            granted size for a request in this arena (the strategy's rounding), or 0
  *                    if the arena cannot serve the request at all; a function of the
  *                    configuration and a->kind only (gm_alloc asks the pool's state-only
- *                    grant_arenas once, without the lock, for every heap)
+ *                    grant_arenas once, without the lock, for every heap; a tlsf-only pool
+ *                    calls pool_round_size inline instead: strategy_tlsf_only)
  *   segment_size     bytes of a new plain segment to serve a block of `granted` bytes
  *   add_span         a new span holding one free block (s->first) joins the arena
  *   remove_span      a wholly free span leaves: forget its free block(s) (the pool frees the
@@ -68,8 +69,27 @@ gm_block *block_split_locked(gm_pool *pool, gm_block *b, size_t size);
 void block_merge_next_locked(gm_pool *pool, gm_block *b);
 
 /* Granted size by the pool's rounding rules (min_block_bytes, roundup_power2_divisions), or 0
- * if the size cannot be represented. */
-size_t pool_round_size(const gm_pool *pool, size_t size);
+ * if the size cannot be represented. tlsf's grant; inline, so that gm_alloc routes and grants a
+ * request of a tlsf-only pool without a call (strategy_tlsf_only). */
+static inline size_t pool_round_size(const gm_pool *pool, size_t size)
+{
+    size_t g = pool->cfg.min_block_bytes;
+    if (size > SIZE_MAX / 2)
+        return 0;
+    size_t r = round_up(size, g);
+    unsigned div = pool->cfg.roundup_power2_divisions;
+    if (div > 1 && r >= ((size_t)1 << 20)) {
+        size_t floor = (size_t)1 << floor_log2(r);
+        size_t step = floor / div;
+        if (step >= g)
+            r = round_up(r, step);
+    }
+    return r;
+}
+/* Does config value `s` give both arenas to tlsf and route by small_request_max? Then
+ * strategy_route(size) is size <= small_request_max ? ARENA_SMALL : ARENA_LARGE and grant() is
+ * pool_round_size in either arena. */
+bool strategy_tlsf_only(gm_strategy s);
 /* PyTorch-like plain segment sizing: small segments, medium segments, large rounded. */
 size_t pool_default_segment_size(const gm_pool *pool, const gm_arena *a, size_t granted);
 
