@@ -65,6 +65,8 @@ void cache_init(gm_cache *c, const gm_config *cfg, size_t capacity)
     c->live_ratio = cfg->cache_cap_live_ratio;
     c->cap = cfg->cache_cap_bytes ? cfg->cache_cap_bytes
                                   : (size_t)((double)capacity * cfg->cache_cap_fraction);
+    c->cap_d = (double)c->cap;
+    c->cap_floor = c->cap < CACHE_CAP_FLOOR ? c->cap : CACHE_CAP_FLOOR;
     for (int k = 0; k < GM_CACHE_BUCKETS; k++) {
         cache_bucket *b = &c->buckets[k];
         b->match = cfg->cache_match[k];
@@ -236,10 +238,13 @@ bool cache_evict_all_locked(gm_pool *pool)
  * keeps reserved/live within 0.4 % of the cache-off figure (docs/cache.md). */
 static size_t cache_cap_now(const gm_pool *pool)
 {
+    /* min(dynamic, cap), then at least min(cap, CACHE_CAP_FLOOR) (cap_floor): the minimum is
+     * never above cap_floor when below CACHE_CAP_FLOOR, so max() gives the floor rule. The two
+     * constants are converted once, in cache_init. */
     const gm_cache *c = &pool->cache;
     double dynamic = (double)pool->allocated_bytes * c->live_ratio;
-    size_t cap = dynamic < (double)c->cap ? (size_t)dynamic : c->cap;
-    return cap > CACHE_CAP_FLOOR ? cap : (c->cap < CACHE_CAP_FLOOR ? c->cap : CACHE_CAP_FLOOR);
+    size_t cap = dynamic < c->cap_d ? (size_t)dynamic : c->cap;
+    return cap > c->cap_floor ? cap : c->cap_floor;
 }
 
 static GM_COLD void evict_to_cap_locked(gm_pool *pool, int k, size_t cap)

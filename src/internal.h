@@ -175,7 +175,8 @@ typedef struct cache_bucket {
 typedef struct gm_cache {
     cache_bucket buckets[GM_CACHE_BUCKETS];
     size_t bytes, blocks, cap, small_max, large_min;
-    double ratio, live_ratio;
+    size_t cap_floor; /* min(cap, 32 MiB): the dynamic cap never goes below it */
+    double ratio, live_ratio, cap_d; /* cap_d = (double)cap */
     bool enabled;
 } gm_cache;
 
