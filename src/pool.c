@@ -538,10 +538,11 @@ void block_merge_next_locked(gm_pool *pool, gm_block *b)
     block_delete_locked(pool, next);
 }
 
-/* Mark a taken block free again and return it to the free lists (no page bookkeeping). */
-void block_untake_locked(gm_pool *pool, gm_block *b)
+/* Mark taken block b of span s free again and return it to the free lists (no page
+ * bookkeeping). Inline in the eviction path (cache_release_block_locked): a cached block's
+ * eviction is a fifth of gpt2_train's allocator instructions. */
+static inline void block_untake_in(gm_pool *pool, gm_span *s, gm_block *b)
 {
-    gm_span *s = b->span;
     flags_set(b, BLOCK_FREE);
     b->requested = 0;
     b->handle = 0;
@@ -554,15 +555,24 @@ void block_untake_locked(gm_pool *pool, gm_block *b)
     s->arena->ops->give(pool, s->arena, b);
 }
 
-/* Return a no-longer-used block to its arena, then apply the eager release policy. */
-void block_release_locked(gm_pool *pool, gm_block *b)
+/* Return block b of span s to its arena, then apply the eager release policy. */
+static inline void block_release_in(gm_pool *pool, gm_span *s, gm_block *b)
 {
-    gm_span *s = b->span;
     if (s->vmm)
         pages_drop_locked(pool, s->arena, b->addr, b->size);
-    block_untake_locked(pool, b);
+    block_untake_in(pool, s, b);
     if (s->live_blocks == 0 && !s->vmm && !s->pinned && pool->cfg.release == GM_RELEASE_EAGER)
         span_release_locked(pool, s);
+}
+
+void block_untake_locked(gm_pool *pool, gm_block *b)
+{
+    block_untake_in(pool, b->span, b);
+}
+
+void block_release_locked(gm_pool *pool, gm_block *b)
+{
+    block_release_in(pool, b->span, b);
 }
 
 /* ---------------------------------------------------------------- growth */
@@ -710,7 +720,8 @@ void block_retire_locked(gm_pool *pool, gm_block *b)
         defer_block_locked(pool, b, &b->tag, 1, true);
 }
 
-void cache_release_block_locked(gm_pool *pool, gm_block *b)
+/* An evicted block with an event, or last used on another stream than its heap's. */
+static GM_COLD void cache_release_other_locked(gm_pool *pool, gm_block *b)
 {
     gm_backend *be = pool->backend;
     gm_event ev = b->cache_event;
@@ -724,6 +735,15 @@ void cache_release_block_locked(gm_pool *pool, gm_block *b)
         block_release_locked(pool, b);
     else
         defer_block_locked(pool, b, &b->tag, 1, true);
+}
+
+void cache_release_block_locked(gm_pool *pool, gm_block *b)
+{
+    gm_span *s = b->span;
+    if (!b->cache_event && b->tag == s->arena->heap->stream)
+        block_release_in(pool, s, b); /* the common case: no event, its heap's own stream */
+    else
+        cache_release_other_locked(pool, b);
 }
 
 static void process_pending_locked(gm_pool *pool)
