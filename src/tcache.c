@@ -368,13 +368,11 @@ static __attribute__((noinline)) bool take_entry(gm_pool *pool, gm_tcache *tc, u
     return true;
 }
 
-bool tcache_alloc(gm_pool *pool, const gm_request *rq, gm_stream stream, void **out)
+/* The newest entry of tc that matches rq on `stream`, taken (take_entry); false if none. Its
+ * callers only tail-call: they save no registers (the lookup misses on most allocations). */
+static inline bool lookup_and_take(gm_pool *pool, gm_tcache *tc, const gm_request *rq,
+                                   gm_stream stream, void **out)
 {
-    gm_tcache *tc = mine(pool);
-    if (!tc) {
-        tcache_register(pool); /* this thread's next free can use it */
-        return false;
-    }
     if (rq->kind < 0)
         return false;
     size_t granted = rq->granted;
@@ -389,11 +387,32 @@ bool tcache_alloc(gm_pool *pool, const gm_request *rq, gm_stream stream, void **
     return false;
 }
 
-bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream)
+/* tcache_alloc of a thread whose last cache used is another pool's, or that has none. */
+static GM_COLD bool tcache_alloc_other(gm_pool *pool, const gm_request *rq, gm_stream stream,
+                                       void **out)
 {
-    gm_tcache *tc = mine(pool);
-    if (!tc || atomic_load_explicit(&tc->count, memory_order_relaxed) >= pool->tc_blocks)
+    gm_tcache *tc = mine_search(pool);
+    if (!tc) {
+        tcache_register(pool); /* this thread's next free can use it */
         return false;
+    }
+    return lookup_and_take(pool, tc, rq, stream, out);
+}
+
+bool tcache_alloc(gm_pool *pool, const gm_request *rq, gm_stream stream, void **out)
+{
+    gm_tcache *tc = tls_last; /* mine(), with the search out of line */
+    if (!tc || tc->pool_id != pool->id)
+        return tcache_alloc_other(pool, rq, stream, out);
+    return lookup_and_take(pool, tc, rq, stream, out);
+}
+
+/* File the live block at addr into tc, which has room; false if it may not go there. Out of
+ * line: tcache_free's check of a full cache (most frees of a busy thread) then saves no
+ * registers. */
+static __attribute__((noinline)) bool file_entry(gm_pool *pool, gm_tcache *tc, uintptr_t addr,
+                                                 gm_stream stream)
+{
     live_shard *sh = shard_of(pool, addr);
     spin_lock(&sh->lock);
     size_t j = bmap_find(&sh->map, addr);
@@ -416,4 +435,22 @@ bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream)
     }
     spin_unlock(&sh->lock);
     return take;
+}
+
+static GM_COLD bool tcache_free_other(gm_pool *pool, uintptr_t addr, gm_stream stream)
+{
+    gm_tcache *tc = mine_search(pool);
+    if (!tc || atomic_load_explicit(&tc->count, memory_order_relaxed) >= pool->tc_blocks)
+        return false;
+    return file_entry(pool, tc, addr, stream);
+}
+
+bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream)
+{
+    gm_tcache *tc = tls_last; /* mine(), with the search out of line */
+    if (!tc || tc->pool_id != pool->id)
+        return tcache_free_other(pool, addr, stream);
+    if (atomic_load_explicit(&tc->count, memory_order_relaxed) >= pool->tc_blocks)
+        return false;
+    return file_entry(pool, tc, addr, stream);
 }
