@@ -420,7 +420,7 @@ gm_status gm_alloc_movable(gm_pool *pool, size_t size, gm_stream stream, gm_hand
 {
     if (!pool || !out)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_alloc_movable", "pool or out is NULL");
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     uint32_t i = 0;
     gm_status st = slot_new_locked(pool, &i);
     gm_block *b = NULL;
@@ -431,7 +431,7 @@ gm_status gm_alloc_movable(gm_pool *pool, size_t size, gm_stream stream, gm_hand
     pool->handles[i].block = b;
     pool->movable_live++;
     gm_handle *h = encode(pool, i, pool->handles[i].gen);
-    pthread_mutex_unlock(&pool->lock);
+    gm_mutex_unlock(&pool->lock);
     *out = h;
     return GM_OK;
 }
@@ -440,7 +440,7 @@ gm_status gm_handle_ptr(gm_pool *pool, const gm_handle *h, void **out)
 {
     if (!pool || !out)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_handle_ptr", "pool or out is NULL");
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     uint32_t i = 0;
     gm_status st = lookup_locked(pool, h, "gm_handle_ptr", false, &i);
     void *p = st == GM_OK ? (void *)pool->handles[i].block->addr : NULL;
@@ -454,7 +454,7 @@ gm_status gm_pin(gm_pool *pool, gm_handle *h)
 {
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pin", "pool is NULL");
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     uint32_t i = 0;
     gm_status st = lookup_locked(pool, h, "gm_pin", false, &i);
     if (st == GM_OK && pool->handles[i].pins == UINT32_MAX)
@@ -468,7 +468,7 @@ gm_status gm_unpin(gm_pool *pool, gm_handle *h)
 {
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_unpin", "pool is NULL");
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     uint32_t i = 0;
     gm_status st = lookup_locked(pool, h, "gm_unpin", false, &i);
     if (st == GM_OK && pool->handles[i].pins == 0)
@@ -483,7 +483,7 @@ gm_status gm_free_handle(gm_pool *pool, gm_handle *h, gm_stream stream)
 {
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_free_handle", "pool is NULL");
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     uint32_t i = 0;
     gm_status st = lookup_locked(pool, h, "gm_free_handle", true, &i);
     if (st != GM_OK)
@@ -502,7 +502,7 @@ gm_status gm_pool_set_relocate_callback(gm_pool *pool, gm_relocate_fn fn, void *
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_set_relocate_callback",
                             "pool is NULL");
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     pool->relocate_fn = fn;
     pool->relocate_user = user;
     return pool_unlock(pool, GM_OK);
@@ -514,7 +514,7 @@ gm_status gm_defrag_step(gm_pool *pool, gm_stream stream, size_t max_bytes,
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_defrag_step", "pool is NULL");
     gm_defrag_result res;
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     gm_status st = pool_unlock(pool, step_locked(pool, stream, max_bytes, &res));
     if (out)
         *out = res;
@@ -527,7 +527,7 @@ gm_status gm_defrag_maybe(gm_pool *pool, gm_stream stream, size_t max_bytes,
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_defrag_maybe", "pool is NULL");
     gm_defrag_result res = {0};
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     free_summary fs;
     tcache_stop_world_locked(pool);
     free_summary_locked(pool, &fs);

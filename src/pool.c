@@ -13,7 +13,7 @@
  * stream only after an event on its stream has completed (or with that stream made to wait).
  * Memory on a strategy's free lists belongs to the heap of one stream and goes only to it.
  *
- * One mutex guards a pool; every function named *_locked runs under it. The fast path takes
+ * One mutex (gm_mutex, internal.h) guards a pool; every function named *_locked runs under it. The fast path takes
  * only one live-map shard's spin lock (lock order: pool, then shard). Errors leave the pool as
  * it was, record their message, and reach the error callback after the lock is dropped.
  *
@@ -70,7 +70,7 @@ gm_status pool_unlock(gm_pool *pool, gm_status st)
         fn = pool->error_fn;
         user = pool->error_user;
     }
-    pthread_mutex_unlock(&pool->lock);
+    gm_mutex_unlock(&pool->lock);
     if (fn)
         fn(user, st, tls_error);
     return st;
@@ -80,9 +80,9 @@ const char *gm_last_error(gm_pool *pool)
 {
     if (!pool || tls_error_pool == pool)
         return tls_error;
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     memcpy(tls_error, pool->error_text, sizeof tls_error);
-    pthread_mutex_unlock(&pool->lock);
+    gm_mutex_unlock(&pool->lock);
     tls_error_pool = pool;
     return tls_error;
 }
@@ -91,7 +91,7 @@ gm_status gm_pool_set_error_callback(gm_pool *pool, gm_error_fn fn, void *user)
 {
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_set_error_callback", "pool is NULL");
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     pool->error_fn = fn;
     pool->error_user = user;
     return pool_unlock(pool, GM_OK);
@@ -394,7 +394,7 @@ gm_status gm_pool_config(gm_pool *pool, gm_config *out)
 {
     if (!pool || !out)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_config", "NULL argument");
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     *out = pool->cfg;
     out->error_callback = pool->error_fn;
     out->error_user = pool->error_user;
@@ -941,7 +941,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
                                                                             : 64;
     for (int i = 0; i < LIVE_SHARDS; i++)
         atomic_flag_clear(&pool->shards[i].lock);
-    pthread_mutex_init(&pool->lock, NULL);
+    atomic_init(&pool->lock.state, 0);
     defrag_init(pool);
     pool->tlsf_only = strategy_tlsf_only(pool->cfg.strategy);
     for (int k = 0; k < ARENA_COUNT; k++) { /* arenas that only answer grant() */
@@ -952,7 +952,6 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
         if (ga->ops->init(pool, ga) != GM_OK) {
             while (k--)
                 pool->grant_arenas[k].ops->fini(pool, &pool->grant_arenas[k]);
-            pthread_mutex_destroy(&pool->lock);
             free(pool);
             return fail_no_pool(GM_ERR_HOST_MEMORY, "gm_pool_create", "host memory exhausted");
         }
@@ -960,7 +959,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
 
     size_t initial = pool->cfg.initial_reserve_bytes;
     if (initial) {
-        pthread_mutex_lock(&pool->lock);
+        gm_mutex_lock(&pool->lock);
         gm_heap *h = heap_of_locked(pool, NULL);
         gm_arena *a = h ? &h->arenas[ARENA_LARGE] : NULL;
         st = a ? GM_OK : GM_ERR_HOST_MEMORY;
@@ -982,7 +981,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
             if (st == GM_OK)
                 s->pinned = true;
         }
-        pthread_mutex_unlock(&pool->lock);
+        gm_mutex_unlock(&pool->lock);
         if (st != GM_OK) {
             if (snprintf(why, sizeof why, "initial reserve of %zu bytes failed: %s", initial,
                          pool->error_text[0] ? pool->error_text : gm_backend_last_error()) < 0)
@@ -999,7 +998,7 @@ static void pool_teardown(gm_pool *pool)
 {
     gm_backend *be = pool->backend;
     tcache_detach_all(pool);
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     share_fini(pool); /* exports end with the pool: their memory goes back below */
     pool->cache.enabled = false; /* retired blocks go straight back from here on */
     drain_locked(pool);
@@ -1035,7 +1034,7 @@ static void pool_teardown(gm_pool *pool)
         (void)be->ops->event_destroy(be, pool->events[i]);
     for (int k = 0; k < ARENA_COUNT; k++)
         pool->grant_arenas[k].ops->fini(pool, &pool->grant_arenas[k]);
-    pthread_mutex_unlock(&pool->lock);
+    gm_mutex_unlock(&pool->lock);
     while (pool->chunks) {
         block_chunk *c = pool->chunks;
         pool->chunks = c->next;
@@ -1047,7 +1046,6 @@ static void pool_teardown(gm_pool *pool)
     free(pool->events);
     free(pool->synced_streams);
     defrag_fini(pool);
-    pthread_mutex_destroy(&pool->lock);
     if (tls_error_pool == pool)
         tls_error_pool = NULL;
     free(pool);
@@ -1057,7 +1055,7 @@ gm_status gm_pool_destroy(gm_pool *pool)
 {
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_destroy", "pool is NULL");
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     pool_totals t;
     pool_totals_locked(pool, &t);
     if (t.live_blocks) {
@@ -1067,7 +1065,7 @@ gm_status gm_pool_destroy(gm_pool *pool)
                                         t.live_blocks, t.live_bytes);
         return pool_unlock(pool, st);
     }
-    pthread_mutex_unlock(&pool->lock);
+    gm_mutex_unlock(&pool->lock);
     pool_teardown(pool);
     return GM_OK;
 }
@@ -1148,9 +1146,9 @@ static gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size, size
     for (int retry = 0; retry < GM_OOM_RETRIES && pool->cfg.oom_callback; retry++) {
         gm_oom_fn fn = pool->cfg.oom_callback;
         void *user = pool->cfg.oom_user;
-        pthread_mutex_unlock(&pool->lock);
+        gm_mutex_unlock(&pool->lock);
         int again = fn(user, pool, size, stream);
-        pthread_mutex_lock(&pool->lock);
+        gm_mutex_lock(&pool->lock);
         if (!again)
             break;
         drain_locked(pool); /* what the program freed, back to the device */
@@ -1252,14 +1250,14 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
     pool_request(pool, size, &rq);
     if (pool->tc_blocks && size && tcache_alloc(pool, &rq, stream, out))
         return GM_OK;
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     gm_block *b = NULL;
     gm_status st = alloc_request_locked(pool, &rq, stream, 0, &b);
     if (st != GM_OK)
         return pool_unlock(pool, st);
     if (GM_DEBUG >= 3)
         debug_validate_locked(pool);
-    pthread_mutex_unlock(&pool->lock);
+    gm_mutex_unlock(&pool->lock);
     *out = (void *)b->addr;
     return GM_OK;
 }
@@ -1297,7 +1295,7 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
     uintptr_t addr = (uintptr_t)ptr;
     if (ptr && pool->tc_blocks && tcache_free(pool, addr, stream))
         return GM_OK;
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     if (!ptr)
         return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
                                                   "gm_free: NULL is not a block"));
@@ -1320,7 +1318,7 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
     block_unmapped_free_locked(pool, b, stream);
     if (GM_DEBUG >= 3)
         debug_validate_locked(pool);
-    pthread_mutex_unlock(&pool->lock);
+    gm_mutex_unlock(&pool->lock);
     return GM_OK;
 }
 
@@ -1338,7 +1336,7 @@ gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream)
 {
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_record_stream", "pool is NULL");
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     live_shard *sh = shard_of(pool, (uintptr_t)ptr);
     spin_lock(&sh->lock); /* the lock-free free path reads extra_count under it */
     gm_block *b = bmap_lookup(&sh->map, (uintptr_t)ptr);
@@ -1366,7 +1364,7 @@ gm_status gm_trim(gm_pool *pool, size_t keep_bytes)
 {
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_trim", "pool is NULL");
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     drain_locked(pool);
     release_free_memory_locked(pool, keep_bytes, SIZE_MAX);
     if (keep_bytes == 0) /* also give back virtual ranges that hold nothing */
@@ -1380,7 +1378,7 @@ gm_status gm_pool_reset_peaks(gm_pool *pool)
 {
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_reset_peaks", "pool is NULL");
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     pool_totals t;
     pool_totals_locked(pool, &t);
     pool->peak_live = t.live_bytes;

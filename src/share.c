@@ -112,7 +112,7 @@ gm_status gm_pool_enable_peer_access(gm_pool *pool, gm_backend *peer)
 {
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_enable_peer_access", "pool is NULL");
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     if (!peer)
         return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
                                                   "gm_pool_enable_peer_access: peer is NULL"));
@@ -261,7 +261,7 @@ gm_status gm_ipc_export(gm_pool *pool, void *ptr, gm_ipc_handle *out)
 {
     if (!pool || !out)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_ipc_export", "pool or out is NULL");
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     live_shard *sh = shard_of(pool, (uintptr_t)ptr);
     spin_lock(&sh->lock);
     gm_block *b = ptr ? bmap_lookup(&sh->map, (uintptr_t)ptr) : NULL;
@@ -290,7 +290,7 @@ gm_status gm_ipc_release(gm_pool *pool, const gm_ipc_handle *handle)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_ipc_release", "pool or handle is NULL");
     ipc_wire w;
     bool ours = wire_read(handle, &w);
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     if (!ours)
         return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT, "gm_ipc_release:"
                                                   " not a gpumem IPC handle (bad magic or "

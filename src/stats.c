@@ -126,12 +126,12 @@ gm_status gm_pool_stats(gm_pool *pool, gm_stats *out)
 {
     if (!pool || !out)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_stats", "pool or out is NULL");
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     tcache_stop_world_locked(pool);
     pool_update_peaks_locked(pool);
     fill_stats_locked(pool, out);
     tcache_start_world_locked(pool);
-    pthread_mutex_unlock(&pool->lock);
+    gm_mutex_unlock(&pool->lock);
     return GM_OK;
 }
 
@@ -240,7 +240,7 @@ gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
     j->user = user;
     j->len = 0;
     j->failed = false;
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     tcache_stop_world_locked(pool);
     gm_stats st;
     fill_stats_locked(pool, &st);
@@ -260,7 +260,7 @@ gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
     json_put(j, "}\n");
     json_flush(j);
     tcache_start_world_locked(pool);
-    pthread_mutex_unlock(&pool->lock);
+    gm_mutex_unlock(&pool->lock);
     bool failed = j->failed;
     free(j);
     return failed ? GM_ERR_ABORTED : GM_OK;
@@ -468,7 +468,7 @@ gm_status gm_pool_check(gm_pool *pool)
 {
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_check", "pool is NULL");
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     tcache_stop_world_locked(pool);
     pool_update_peaks_locked(pool);
     gm_status st = pool_check_locked(pool);

@@ -218,9 +218,9 @@ static void thread_exit(void *list)
         next = tc->thread_next;
         gm_pool *pool = tc->pool;
         if (pool) {
-            pthread_mutex_lock(&pool->lock);
+            gm_mutex_lock(&pool->lock);
             detach_locked(pool, tc);
-            pthread_mutex_unlock(&pool->lock);
+            gm_mutex_unlock(&pool->lock);
         }
         free(tc);
     }
@@ -255,14 +255,14 @@ void tcache_register(gm_pool *pool)
             tls_last = NULL;
         free(old);
     }
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     tc->pool = pool;
     tc->pool_next = pool->tcaches;
     if (pool->tcaches)
         pool->tcaches->pool_prev = tc;
     pool->tcaches = tc;
     atomic_fetch_add(&pool->tc_count, 1);
-    pthread_mutex_unlock(&pool->lock);
+    gm_mutex_unlock(&pool->lock);
     tc->thread_next = tls_list;
     tls_list = tls_last = tc;
     pthread_setspecific(thread_key, tls_list);
@@ -272,10 +272,10 @@ void tcache_register(gm_pool *pool)
 void tcache_detach_all(gm_pool *pool)
 {
     pthread_mutex_lock(&registry);
-    pthread_mutex_lock(&pool->lock);
+    gm_mutex_lock(&pool->lock);
     while (pool->tcaches)
         detach_locked(pool, pool->tcaches);
-    pthread_mutex_unlock(&pool->lock);
+    gm_mutex_unlock(&pool->lock);
     pthread_mutex_unlock(&registry);
 }
 
