@@ -97,6 +97,10 @@ json "$T/one.json" "all(k in d['config'] for k in ('strategy','release','reserve
  'sim.granularity','sim.host_backed','sim.no_costs'))"
 json "$T/one.json" "'mem_alloc' in d['device_calls'] or 'va_reserve' in d['device_calls']"
 json "$T/one.json" "d['reserved_over_live'] >= 1 and d['ns_per_op'] > 0"
+# ns/op comes from a timed pass of its own; it makes the calls the sampled pass makes, so the
+# cost model charges both the same device time
+json "$T/one.json" "d['timed_device_time_ns'] == d['device_time_ns'] > 0"
+json "$T/one.json" "d['host_ns'] > 0 and abs(d['ns_per_op'] - d['host_ns'] / d['ops']) < 1e-6 * d['ns_per_op']"
 run 0 replay --json "$good" "$good"
 json "$T/out" "isinstance(d, list) and len(d) == 2"
 

@@ -161,8 +161,9 @@ typedef struct replay_result {
     gm_stats final;          /* at the end of the replay */
     gm_stats at_peak;        /* right after the op where live bytes peak */
     uint64_t ops;            /* gm_alloc + gm_free calls made */
-    uint64_t host_ns;        /* time inside those calls */
+    uint64_t host_ns;        /* time inside those calls, in the timed pass (replay.c) */
     double ns_per_op;
+    uint64_t timed_device_ns; /* device time of the timed pass's calls (part of host_ns) */
     uint64_t oom_count;      /* allocations that failed with GM_ERR_OUT_OF_MEMORY */
     uint64_t first_oom_line;
     char first_oom_message[512];

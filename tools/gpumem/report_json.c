@@ -95,6 +95,7 @@ void report_json_fields(jw *w, const trace *t, const replay_result *r)
     jw_u64(w, "device_time_ns", fin->device_time_ns);
     jw_u64(w, "host_ns", r->host_ns);
     jw_double(w, "ns_per_op", r->ns_per_op);
+    jw_u64(w, "timed_device_time_ns", r->timed_device_ns);
     jw_u64(w, "oom_count", r->oom_count);
     jw_u64(w, "first_oom_line", r->first_oom_line);
     jw_string(w, "first_oom_message", r->first_oom_message);
