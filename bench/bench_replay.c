@@ -29,7 +29,7 @@ static int replay_once(const trace *t, const cli_settings *s, result *out)
         return -1;
     }
     gm_pool *pool = NULL;
-    void **ptrs = calloc(t->n_slots ? t->n_slots : 1, sizeof *ptrs);
+    void **ptrs = calloc_touched(t->n_slots ? t->n_slots : 1, sizeof *ptrs);
     gm_status st = ptrs ? gm_pool_create(be, &s->pool, &pool) : GM_ERR_HOST_MEMORY;
     if (st != GM_OK) {
         fprintf(stderr, "bench_replay: pool: %s %s\n", gm_status_str(st), gm_last_error(NULL));

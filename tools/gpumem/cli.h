@@ -195,6 +195,10 @@ typedef struct replay_result {
 int replay_run(const trace *t, const replay_options *o, replay_result *r, char *err,
                size_t errlen);
 void replay_result_free(replay_result *r);
+/* calloc, with one byte of every page written: the page faults of a large table (calloc gives
+ * untouched zero pages) come before a timed loop, not inside it, as with torch_replay.py's
+ * pointer table, which is written when it is made. */
+void *calloc_touched(size_t n, size_t size);
 /* Open the backend the settings name: device s->device (sim: of a simulated machine of
  * sim.devices devices). Returns EXIT_OK_ or EXIT_RUNTIME with a message. */
 int backend_open(const cli_settings *s, gm_backend **out, char *err, size_t errlen);

@@ -389,6 +389,14 @@ static uint64_t recommend_reserve(uint64_t peak_reserved)
     return (want + RECOMMEND_ROUNDING - 1) / RECOMMEND_ROUNDING * RECOMMEND_ROUNDING;
 }
 
+void *calloc_touched(size_t n, size_t size)
+{
+    char *p = calloc(n, size);
+    for (size_t i = 0; p && i < n * size; i += 4096)
+        ((volatile char *)p)[i] = 0;
+    return p;
+}
+
 static int setup(run *x)
 {
     replay_result *r = x->r;
@@ -412,11 +420,12 @@ static int setup(run *x)
     r->resolved.sim.capacity = r->device.total_bytes;
     r->resolved.sim.vmm_granularity = r->device.vmm_granularity;
     size_t points = x->t->n_ops / x->sample_every + 3;
-    x->ptrs = calloc(x->t->n_slots ? x->t->n_slots : 1, sizeof *x->ptrs);
+    size_t slots = x->t->n_slots ? x->t->n_slots : 1;
+    x->ptrs = calloc_touched(slots, sizeof *x->ptrs);
     r->timeline = calloc(points, sizeof *r->timeline);
     int handles_failed = 0;
     if (x->o->movable > 0) {
-        x->handles = calloc(x->t->n_slots ? x->t->n_slots : 1, sizeof *x->handles);
+        x->handles = calloc_touched(slots, sizeof *x->handles);
         handles_failed = !x->handles;
     }
     r->defrag_shown = x->o->movable > 0 || x->o->defrag;
