@@ -33,6 +33,12 @@
 #define GM_DEBUG 1
 #endif
 
+/* A slow path kept out of line, so that the hot function calling it saves no registers for it
+ * (its prologue and epilogue were a tenth of the host path's instructions). */
+#define GM_COLD __attribute__((noinline, cold))
+/* A hot helper the compiler would keep out of line because it has more than one caller. */
+#define GM_INLINE inline __attribute__((always_inline))
+
 enum {
     ARENA_SMALL = 0,
     ARENA_LARGE = 1,
@@ -74,6 +80,8 @@ typedef struct gm_block {
                                relaxed store does, without a locked instruction */
     uint16_t cache_class;  /* cached: its size class and bucket, set when filed (cache.c), so */
     uint8_t cache_bucket;  /* unfiling need not recompute them; stale otherwise */
+    uint16_t free_class;   /* free (tlsf): the list it is filed on, set when filed, so that
+                              unfiling need not recompute it; stale otherwise */
 } gm_block;
 static_assert(sizeof(gm_block) == 128, "a block record is two cache lines");
 
@@ -185,6 +193,70 @@ typedef struct block_map {
     gm_block **slots;
     size_t cap, count; /* cap is a power of two; load <= 1/2 */
 } block_map;
+
+/* Live-map operations, inline: gm_alloc, gm_free and the thread caches each make one. Linear
+ * probing; a grown map keeps its load <= 1/2, so a probe run is short and every operation
+ * O(1) expected. */
+GM_COLD bool bmap_grow(block_map *m); /* pool.c: double the slots (or allocate the first) */
+
+static inline size_t bmap_slot(const block_map *m, uintptr_t addr)
+{
+    uint64_t h = (uint64_t)(addr >> BLOCK_ALIGN_LOG2) * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 32) & (m->cap - 1);
+}
+
+/* File b; false if host memory is exhausted (the map unchanged). */
+static inline bool bmap_insert(block_map *m, gm_block *b)
+{
+    if ((m->count + 1) * 2 > m->cap && !bmap_grow(m))
+        return false;
+    size_t mask = m->cap - 1, j = bmap_slot(m, b->addr);
+    while (m->slots[j])
+        j = (j + 1) & mask;
+    m->slots[j] = b;
+    m->count++;
+    return true;
+}
+
+/* The slot of the block at `addr`, or SIZE_MAX. */
+static inline size_t bmap_find(const block_map *m, uintptr_t addr)
+{
+    if (!m->cap)
+        return SIZE_MAX;
+    size_t mask = m->cap - 1;
+    for (size_t j = bmap_slot(m, addr);; j = (j + 1) & mask) {
+        const gm_block *b = m->slots[j];
+        if (!b)
+            return SIZE_MAX;
+        if (b->addr == addr)
+            return j;
+    }
+}
+
+static inline gm_block *bmap_lookup(const block_map *m, uintptr_t addr)
+{
+    size_t j = bmap_find(m, addr);
+    return j == SIZE_MAX ? NULL : m->slots[j];
+}
+
+/* Remove slot j, shifting later entries of its probe run back (no tombstones): the entry at k
+ * moves into the hole at j unless its home lies cyclically in (j, k], i.e. unless it is
+ * nearer its home than the hole is. */
+static inline void bmap_erase(block_map *m, size_t j)
+{
+    size_t mask = m->cap - 1;
+    m->count--;
+    for (size_t k = (j + 1) & mask;; k = (k + 1) & mask) {
+        gm_block *b = m->slots[k];
+        if (!b)
+            break;
+        if (((k - bmap_slot(m, b->addr)) & mask) >= ((k - j) & mask)) {
+            m->slots[j] = b;
+            j = k;
+        }
+    }
+    m->slots[j] = NULL;
+}
 
 typedef struct block_chunk block_chunk;
 
@@ -325,7 +397,6 @@ gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 gm_status pool_unlock(gm_pool *pool, gm_status st); /* unlock; publish a failure */
 gm_status fail_no_pool(gm_status st, const char *fn, const char *what);
-gm_block *bmap_lookup(const block_map *m, uintptr_t addr);
 void pool_note_reserved_locked(gm_pool *pool, size_t bytes, bool grow);
 gm_block *block_new_locked(gm_pool *pool);
 void block_delete_locked(gm_pool *pool, gm_block *b);
@@ -409,9 +480,6 @@ void block_retire_locked(gm_pool *pool, gm_block *b);
 /* Remember that `s` freed memory: it is synchronized before memory is unmapped or freed. */
 void note_stream_for_sync(gm_pool *pool, gm_stream s);
 live_shard *shard_of(gm_pool *pool, uintptr_t addr);
-bool bmap_insert(block_map *m, gm_block *b);
-size_t bmap_find(const block_map *m, uintptr_t addr);
-void bmap_erase(block_map *m, size_t j);
 
 /* --- cache.c --- */
 void cache_init(gm_cache *c, const gm_config *cfg, size_t capacity);
@@ -459,10 +527,6 @@ void free_summary_locked(gm_pool *pool, free_summary *out);
 gm_status pool_check_locked(gm_pool *pool);
 unsigned histogram_bin(size_t size);
 
-/* A slow path kept out of line, so that the hot function calling it saves no registers for it
- * (its prologue and epilogue were a tenth of the host path's instructions). */
-#define GM_COLD __attribute__((noinline, cold))
-
 /* --- small helpers --- */
 static inline size_t round_up(size_t v, size_t to) /* `to` a power of two; no overflow check */
 {
@@ -472,9 +536,11 @@ static inline bool is_pow2(size_t v)
 {
     return v && !(v & (v - 1));
 }
-static inline unsigned floor_log2(size_t v)
+static inline unsigned floor_log2(size_t v) /* v > 0 */
 {
-    return 63u - (unsigned)__builtin_clzll((unsigned long long)v);
+    /* 63 - clz, written as 63 ^ clz (equal for clz in [0, 63]) so that x86 needs only its bsr:
+     * the compiler keeps 63 - (bsr ^ 63) as two more instructions. */
+    return 63u ^ (unsigned)__builtin_clzll((unsigned long long)v);
 }
 static inline bool block_is_free(const gm_block *b)
 {

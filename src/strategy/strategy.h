@@ -61,12 +61,73 @@ const strategy_ops *strategy_of(gm_strategy s, int arena_kind);
  * configuration refuses it (with a reason in *why). */
 int strategy_route(const gm_pool *pool, size_t size, const char **why);
 
-/* Shared block surgery for strategies (pool.c). */
+/* Shared block surgery for strategies, inline: a split and a merge are most of what a take
+ * and a give do (the records come from pool.c).
+ *
+ * Spare records (pool->spare_blocks, linked by free_next) are kept in the state of a free
+ * block's record: requested 0, no age links, no cache event, no extra streams, handle 0. A
+ * free block's record is in that state already (block_untake_in clears the rest, and the
+ * cache clears its links and event when a block leaves it), so a merge recycles the record it
+ * deletes as it is, and a split writes only the fields that differ. block_delete_locked
+ * (pool.c) resets a record in any other state. */
+GM_COLD bool block_chunk_add_locked(gm_pool *pool); /* pool.c: more spare records */
+
+/* A spare record (see above), or NULL if host memory is exhausted. */
+static inline gm_block *block_record_locked(gm_pool *pool)
+{
+    if (!pool->spare_blocks && !block_chunk_add_locked(pool))
+        return NULL;
+    gm_block *b = pool->spare_blocks;
+    pool->spare_blocks = b->free_next;
+    return b;
+}
+
+/* Give back the record of a free block (its fields in the spare state). */
+static inline void block_recycle_locked(gm_pool *pool, gm_block *b)
+{
+    assert(GM_DEBUG < 2 || (b->requested == 0 && !b->age_prev && !b->age_next &&
+                            !b->cache_event && !b->extra_streams && !b->extra_count &&
+                            !b->handle));
+    b->free_next = pool->spare_blocks;
+    pool->spare_blocks = b;
+}
+
 /* Split free block b (not filed) at `size`: b keeps the front, the returned record the rest
  * (free, not filed). NULL if host memory is exhausted (b unchanged). */
-gm_block *block_split_locked(gm_pool *pool, gm_block *b, size_t size);
-/* Merge b's free address-order successor (not filed) into b, deleting its record. */
-void block_merge_next_locked(gm_pool *pool, gm_block *b);
+static inline gm_block *block_split_locked(gm_pool *pool, gm_block *b, size_t size)
+{
+    gm_block *rest = block_record_locked(pool);
+    if (!rest)
+        return NULL;
+    /* The fields a spare record does not hold already, one by one (a memset of the record, or a
+     * compound literal, costs a library call or a `rep stos`). A new field of gm_block must be
+     * set here or kept in the spare state (the size assertion in internal.h flags a change of
+     * the record). */
+    rest->addr = b->addr + size;
+    rest->size = b->size - size;
+    rest->phys_prev = b;
+    rest->phys_next = b->phys_next;
+    rest->free_prev = rest->free_next = NULL;
+    rest->span = b->span;
+    rest->tag = 0;
+    flags_set(rest, BLOCK_FREE);
+    if (b->phys_next)
+        b->phys_next->phys_prev = rest;
+    b->phys_next = rest;
+    b->size = size;
+    return rest;
+}
+
+/* Merge b's free address-order successor (not filed) into b, recycling its record. */
+static inline void block_merge_next_locked(gm_pool *pool, gm_block *b)
+{
+    gm_block *next = b->phys_next;
+    b->size += next->size;
+    b->phys_next = next->phys_next;
+    if (next->phys_next)
+        next->phys_next->phys_prev = b;
+    block_recycle_locked(pool, next);
+}
 
 /* Granted size by the pool's rounding rules (min_block_bytes, roundup_power2_divisions), or 0
  * if the size cannot be represented. tlsf's grant; inline, so that gm_alloc routes and grants a

@@ -6,14 +6,17 @@
  * sl = the next TLSF_SL_LOG2 bits below the top bit; smaller sizes are first level 0, second
  * level s / TLSF_ALIGN. One bit per non-empty list (fl_bitmap, sl_bitmap[fl]) lets a search
  * find the first non-empty list at or above a class with two find-first-set instructions.
+ * A list is named by its class fl * TLSF_SL_COUNT + sl (tlsf_class); a filed block keeps its
+ * class in free_class, so unfiling it does not compute it again.
  *
  * Fit. tlsf_find first looks in the request's own class (its blocks may be smaller or larger
  * than the request) and takes the best fit among at most FIT_SCAN blocks there; if none fits
  * it takes the head of the first non-empty class above, where every block fits. This keeps the
  * fit close to best fit while the work stays bounded.
  *
- * Invariants (tlsf_check): a list is non-empty iff its bit is set; every block on list (fl, sl)
- * is free and maps to (fl, sl); free_blocks equals the number of listed blocks.
+ * Invariants (tlsf_check): a list is non-empty iff its bit is set; every block on list c is
+ * free, maps to c and has free_class c. (That every free block is listed once, gm_pool_check
+ * verifies: the lists' count equals the spans' free blocks.)
  *
  * Bounds: insert, remove O(1); find O(FIT_SCAN) = O(1).
  * take splits the chosen block at the request (the front is granted, the rest filed again);
@@ -32,110 +35,105 @@ enum {
     TLSF_SL_COUNT = 1 << TLSF_SL_LOG2,
     TLSF_FL_SHIFT = TLSF_SL_LOG2 + TLSF_ALIGN_LOG2, /* sizes below 2^FL_SHIFT are class 0 */
     TLSF_FL_COUNT = 64 - TLSF_FL_SHIFT + 1,
+    TLSF_CLASSES = TLSF_FL_COUNT * TLSF_SL_COUNT,
     FIT_SCAN = 8,
 };
 static_assert(TLSF_FL_COUNT <= 64, "first-level bitmap is one uint64_t");
+static_assert(TLSF_CLASSES <= UINT16_MAX + 1, "a class fits gm_block.free_class");
 
 typedef struct tlsf {
     uint64_t fl_bitmap;
     uint32_t sl_bitmap[TLSF_FL_COUNT];
-    gm_block *heads[TLSF_FL_COUNT][TLSF_SL_COUNT];
-    size_t free_blocks;
+    gm_block *heads[TLSF_CLASSES]; /* by class: heads[fl * TLSF_SL_COUNT + sl] */
 } tlsf;
 
-static void mapping(size_t size, unsigned *fl, unsigned *sl)
+/* The class fl * TLSF_SL_COUNT + sl of a size, without a branch: first level 0 has the same
+ * step (TLSF_ALIGN) as first level 1, so both are the formula of first level 1 (top bit
+ * FL_SHIFT) once the size's top bit is raised to at least FL_SHIFT. Every size_t maps below
+ * TLSF_CLASSES (top bit 63: fl = TLSF_FL_COUNT - 1). */
+static inline unsigned tlsf_class(size_t size)
 {
-    if (size < ((size_t)1 << TLSF_FL_SHIFT)) {
-        *fl = 0;
-        *sl = (unsigned)(size >> TLSF_ALIGN_LOG2);
-        return;
-    }
-    unsigned top = floor_log2(size);
-    *fl = top - TLSF_FL_SHIFT + 1;
-    *sl = (unsigned)(size >> (top - TLSF_SL_LOG2)) ^ TLSF_SL_COUNT;
+    unsigned top = floor_log2(size | ((size_t)1 << TLSF_FL_SHIFT));
+    return (unsigned)(size >> (top - TLSF_SL_LOG2)) +
+           ((top - TLSF_FL_SHIFT) << TLSF_SL_LOG2);
 }
 
-static void tlsf_insert(tlsf *t, gm_block *b)
+/* File b at the head of list c (= tlsf_class(b->size)). */
+static inline void tlsf_insert(tlsf *t, gm_block *b, unsigned c)
 {
-    unsigned fl, sl;
-    mapping(b->size, &fl, &sl);
-    gm_block *head = t->heads[fl][sl];
+    gm_block *head = t->heads[c];
     b->free_prev = NULL;
     b->free_next = head;
-    if (head)
+    b->free_class = (uint16_t)c;
+    t->heads[c] = b;
+    if (head) {
         head->free_prev = b;
-    t->heads[fl][sl] = b;
-    t->fl_bitmap |= 1ull << fl;
-    t->sl_bitmap[fl] |= 1u << sl;
-    t->free_blocks++;
+    } else { /* the list was empty: its bits go on */
+        unsigned fl = c >> TLSF_SL_LOG2;
+        t->fl_bitmap |= 1ull << fl;
+        t->sl_bitmap[fl] |= 1u << (c & (TLSF_SL_COUNT - 1));
+    }
 }
 
-/* Remove b from list (fl, sl), the one its size maps to. */
-static void tlsf_unlink(tlsf *t, gm_block *b, unsigned fl, unsigned sl)
+/* Unfile b. Its links are left stale: whoever files it next writes them. */
+static inline void tlsf_unlink(tlsf *t, gm_block *b)
 {
-    if (b->free_prev)
-        b->free_prev->free_next = b->free_next;
-    else
-        t->heads[fl][sl] = b->free_next;
-    if (b->free_next)
-        b->free_next->free_prev = b->free_prev;
-    b->free_prev = b->free_next = NULL;
-    if (!t->heads[fl][sl]) {
-        t->sl_bitmap[fl] &= ~(1u << sl);
+    gm_block *prev = b->free_prev, *next = b->free_next;
+    if (next)
+        next->free_prev = prev;
+    if (prev) {
+        prev->free_next = next;
+        return;
+    }
+    unsigned c = b->free_class;
+    t->heads[c] = next;
+    if (!next) { /* the list is empty now: its bits go off */
+        unsigned fl = c >> TLSF_SL_LOG2;
+        t->sl_bitmap[fl] &= ~(1u << (c & (TLSF_SL_COUNT - 1)));
         if (!t->sl_bitmap[fl])
             t->fl_bitmap &= ~(1ull << fl);
     }
-    t->free_blocks--;
-}
-
-static void tlsf_remove(tlsf *t, gm_block *b)
-{
-    unsigned fl, sl;
-    mapping(b->size, &fl, &sl);
-    tlsf_unlink(t, b, fl, sl);
 }
 
 /* Best fit among the first FIT_SCAN blocks of one list, or NULL. */
-static gm_block *best_in_list(gm_block *head, size_t size)
+static inline gm_block *best_in_list(gm_block *b, size_t size)
 {
     gm_block *best = NULL;
-    unsigned seen = 0;
-    for (gm_block *b = head; b && seen < FIT_SCAN; b = b->free_next, seen++) {
-        if (b->size >= size && (!best || b->size < best->size)) {
+    size_t best_size = SIZE_MAX; /* no block is that large */
+    for (unsigned seen = 0; b && seen < FIT_SCAN; b = b->free_next, seen++) {
+        size_t bs = b->size;
+        if (bs >= size && bs < best_size) {
             best = b;
-            if (b->size == size)
+            best_size = bs;
+            if (bs == size)
                 break;
         }
     }
     return best;
 }
 
-/* Head of the first non-empty list strictly above class (fl, sl), or NULL; (fl, sl) become
- * that list's. */
-static gm_block *first_above(const tlsf *t, unsigned *flp, unsigned *slp)
+/* Head of the first non-empty list strictly above class c, or NULL. */
+static inline gm_block *first_above(const tlsf *t, unsigned c)
 {
-    unsigned fl = *flp, sl = *slp;
-    uint32_t sl_map = sl + 1 < TLSF_SL_COUNT ? t->sl_bitmap[fl] & (~0u << (sl + 1)) : 0;
+    unsigned fl = c >> TLSF_SL_LOG2;
+    /* ~1u << sl: the bits above sl, without the undefined shift by 32 of ~0u << (sl + 1) */
+    uint32_t sl_map = t->sl_bitmap[fl] & (~1u << (c & (TLSF_SL_COUNT - 1)));
     if (!sl_map) {
-        uint64_t fl_map = fl + 1 < 64 ? t->fl_bitmap & (~0ull << (fl + 1)) : 0;
+        uint64_t fl_map = t->fl_bitmap & (~1ull << fl);
         if (!fl_map)
             return NULL;
         fl = (unsigned)__builtin_ctzll(fl_map);
         sl_map = t->sl_bitmap[fl];
     }
-    *flp = fl;
-    *slp = (unsigned)__builtin_ctz(sl_map);
-    return t->heads[fl][*slp];
+    return t->heads[(fl << TLSF_SL_LOG2) + (unsigned)__builtin_ctz(sl_map)];
 }
 
-/* A free block of at least `size` bytes, and the list (fl, sl) it is on; NULL if none. */
-static gm_block *tlsf_find(tlsf *t, size_t size, unsigned *fl, unsigned *sl)
+/* A free block of at least `size` bytes; NULL if none. */
+static inline gm_block *tlsf_find(const tlsf *t, size_t size)
 {
-    mapping(size, fl, sl);
-    if (*fl >= TLSF_FL_COUNT)
-        return NULL;
-    gm_block *b = best_in_list(t->heads[*fl][*sl], size);
-    return b ? b : first_above(t, fl, sl);
+    unsigned c = tlsf_class(size);
+    gm_block *b = best_in_list(t->heads[c], size);
+    return b ? b : first_above(t, c);
 }
 
 static gm_status tlsf_check(const tlsf *t, size_t *free_blocks_out, char *why, size_t why_len)
@@ -148,15 +146,14 @@ static gm_status tlsf_check(const tlsf *t, size_t *free_blocks_out, char *why, s
             return GM_ERR_CORRUPT;
         }
         for (unsigned sl = 0; sl < TLSF_SL_COUNT; sl++) {
-            const gm_block *head = t->heads[fl][sl];
-            if (((t->sl_bitmap[fl] >> sl) & 1u) != (head != NULL)) {
+            unsigned c = fl * TLSF_SL_COUNT + sl;
+            const gm_block *head = t->heads[c];
+            if (((t->sl_bitmap[fl] >> sl) & 1u) != (head != NULL) || (head && head->free_prev)) {
                 snprintf(why, why_len, "tlsf: bit (%u,%u) disagrees with its list", fl, sl);
                 return GM_ERR_CORRUPT;
             }
             for (const gm_block *b = head; b; b = b->free_next) {
-                unsigned bfl, bsl;
-                mapping(b->size, &bfl, &bsl);
-                if (!block_is_free(b) || bfl != fl || bsl != sl ||
+                if (!block_is_free(b) || tlsf_class(b->size) != c || b->free_class != c ||
                     (b->free_next && b->free_next->free_prev != b)) {
                     snprintf(why, why_len,
                              "tlsf: block 0x%zx size %zu misfiled in list (%u,%u) or not free",
@@ -166,10 +163,6 @@ static gm_status tlsf_check(const tlsf *t, size_t *free_blocks_out, char *why, s
                 count++;
             }
         }
-    }
-    if (count != t->free_blocks) {
-        snprintf(why, why_len, "tlsf: %zu blocks listed, %zu counted", count, t->free_blocks);
-        return GM_ERR_CORRUPT;
     }
     *free_blocks_out = count;
     return GM_OK;
@@ -200,63 +193,75 @@ static size_t tlsf_grant(const gm_pool *pool, const gm_arena *a, size_t size)
 static void tlsf_add_span(gm_pool *pool, gm_arena *a, gm_span *s)
 {
     (void)pool;
-    tlsf_insert(a->state, s->first);
+    tlsf_insert(a->state, s->first, tlsf_class(s->first->size));
 }
 
 static void tlsf_remove_span(gm_pool *pool, gm_arena *a, gm_span *s)
 {
     (void)pool;
-    tlsf_remove(a->state, s->first);
+    tlsf_unlink(a->state, s->first);
 }
 
-/* Remove free block b (filed on list (fl, sl)) and return its front `size` bytes, filing the
- * rest. */
-static gm_block *tlsf_carve(gm_pool *pool, tlsf *t, gm_block *b, unsigned fl, unsigned sl,
-                            size_t size)
+/* Unfile free block b and return its front `size` bytes, filing the rest; NULL, with b filed
+ * as it was, if host memory is exhausted. Inlined into take: it is most of it. */
+static GM_INLINE gm_block *tlsf_carve(gm_pool *pool, tlsf *t, gm_block *b, size_t size)
 {
-    tlsf_unlink(t, b, fl, sl);
-    if (b->size - size >= BLOCK_ALIGN) {
-        gm_block *rest = block_split_locked(pool, b, size);
-        if (!rest) {
-            tlsf_insert(t, b);
-            return NULL;
-        }
-        tlsf_insert(t, rest);
+    if (b->size - size < BLOCK_ALIGN) {
+        tlsf_unlink(t, b);
+        return b;
     }
+    gm_block *rest = block_split_locked(pool, b, size);
+    if (!rest)
+        return NULL;
+    tlsf_unlink(t, b);
+    tlsf_insert(t, rest, tlsf_class(rest->size));
     return b;
+}
+
+static GM_INLINE gm_block *tlsf_take_in(gm_pool *pool, gm_arena *a, size_t size)
+{
+    tlsf *t = a->state;
+    gm_block *b = tlsf_find(t, size);
+    return b ? tlsf_carve(pool, t, b, size) : NULL;
+}
+
+/* take when no spare record is left for a split: out of line, so that the common take, whose
+ * split then cannot run out of records, calls nothing and saves no registers. */
+static GM_COLD gm_block *tlsf_take_spareless(gm_pool *pool, gm_arena *a, size_t size)
+{
+    return tlsf_take_in(pool, a, size);
 }
 
 static gm_block *tlsf_take(gm_pool *pool, gm_arena *a, size_t size)
 {
-    tlsf *t = a->state;
-    unsigned fl, sl;
-    gm_block *b = tlsf_find(t, size, &fl, &sl);
-    return b ? tlsf_carve(pool, t, b, fl, sl, size) : NULL;
+    if (!pool->spare_blocks)
+        return tlsf_take_spareless(pool, a, size);
+    return tlsf_take_in(pool, a, size);
 }
 
 static gm_block *tlsf_take_at(gm_pool *pool, gm_arena *a, gm_block *fb, size_t size)
 {
     if (fb->size < size)
         return NULL;
-    unsigned fl, sl;
-    mapping(fb->size, &fl, &sl);
-    return tlsf_carve(pool, a->state, fb, fl, sl, size);
+    return tlsf_carve(pool, a->state, fb, size);
 }
 
+/* Free b merges with its free neighbours, then is filed. Each neighbour is unfiled before the
+ * merge recycles its record (links and all). */
 static void tlsf_give(gm_pool *pool, gm_arena *a, gm_block *b)
 {
     tlsf *t = a->state;
     gm_block *next = b->phys_next, *prev = b->phys_prev;
     if (next && block_is_free(next)) {
-        tlsf_remove(t, next);
+        tlsf_unlink(t, next);
         block_merge_next_locked(pool, b);
     }
     if (prev && block_is_free(prev)) {
-        tlsf_remove(t, prev);
+        tlsf_unlink(t, prev);
         block_merge_next_locked(pool, prev);
         b = prev;
     }
-    tlsf_insert(t, b);
+    tlsf_insert(t, b, tlsf_class(b->size));
 }
 
 static gm_status tlsf_check_arena(gm_pool *pool, const gm_arena *a, size_t *free_blocks,
