@@ -479,7 +479,13 @@ uint64_t tcache_next_pool_id(void);
 void block_retire_locked(gm_pool *pool, gm_block *b);
 /* Remember that `s` freed memory: it is synchronized before memory is unmapped or freed. */
 void note_stream_for_sync(gm_pool *pool, gm_stream s);
-live_shard *shard_of(gm_pool *pool, uintptr_t addr);
+/* The live-map shard of a block's address: inline, as the lock-free path calls it twice. */
+static inline live_shard *shard_of(gm_pool *pool, uintptr_t addr)
+{
+    uint64_t h = (uint64_t)(addr >> BLOCK_ALIGN_LOG2) * 0x9E3779B97F4A7C15ull;
+    return &pool->shards[h >> 58]; /* the top 6 bits: LIVE_SHARDS == 64 */
+}
+static_assert(LIVE_SHARDS == 64, "shard_of takes 6 bits");
 
 /* --- cache.c --- */
 void cache_init(gm_cache *c, const gm_config *cfg, size_t capacity);

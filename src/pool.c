@@ -167,12 +167,6 @@ GM_COLD bool bmap_grow(block_map *m)
     return true;
 }
 
-live_shard *shard_of(gm_pool *pool, uintptr_t addr)
-{
-    uint64_t h = (uint64_t)(addr >> BLOCK_ALIGN_LOG2) * 0x9E3779B97F4A7C15ull;
-    return &pool->shards[h >> 58]; /* the top 6 bits: LIVE_SHARDS == 64 */
-}
-static_assert(LIVE_SHARDS == 64, "shard_of takes 6 bits");
 
 /* ---------------------------------------------------------------- counters */
 
