@@ -171,8 +171,10 @@ static_assert(CACHE_CLASSES < CACHE_NO_CLASS, "class indices fit uint16_t");
 typedef struct cache_bucket {
     gm_block *heads[CACHE_CLASSES], *tails[CACHE_CLASSES]; /* newest first */
     uint64_t class_map[CACHE_MAP_WORDS];
-    uint16_t lru_prev[CACHE_CLASSES], lru_next[CACHE_CLASSES];
-    uint16_t lru_head, lru_tail; /* least / most recently used class */
+    /* The non-empty classes in LRU order: a circular list through node CACHE_CLASSES, whose
+     * next is the least and prev the most recently used class (cache.c: LRU_END). 32-bit
+     * entries: GCC stores a 16-bit constant through a spare register. */
+    uint32_t lru_prev[CACHE_CLASSES + 1], lru_next[CACHE_CLASSES + 1];
     gm_block *age_head, *age_tail;
     size_t bytes, blocks;
     uint64_t hits, misses, evictions;
@@ -182,9 +184,13 @@ typedef struct cache_bucket {
 
 typedef struct gm_cache {
     cache_bucket buckets[GM_CACHE_BUCKETS];
-    size_t bytes, blocks, cap, small_max, large_min;
+    size_t bytes, cap, small_max, large_min;
     size_t cap_floor; /* min(cap, 32 MiB): the dynamic cap never goes below it */
+    /* Allocated bytes below floor_until give cap_floor, then below dynamic_until the product
+     * with live_ratio, truncated, with no other case (cache.c: cache_init, cache_cap_now). */
+    size_t floor_until, dynamic_until;
     double ratio, live_ratio, cap_d; /* cap_d = (double)cap */
+    int approx_shift; /* ratio = 2^-approx_shift, the approx window is a shift; else -1 */
     bool enabled;
 } gm_cache;
 
