@@ -29,9 +29,9 @@ for t in "$ROOT"/traces/*.csv.gz; do
             python3 -c 'import json, sys
 d = json.load(sys.stdin)
 calls = " ".join("%s=%d" % kv for kv in d["device_calls"].items() if kv[1])
-print("gpumem[default] #%s %s reserved/live %.4f ns/op %.1f device %.2f ms (%s)" % (sys.argv[1],
-      d["trace"].split("/")[-1], d["reserved_over_live"], d["ns_per_op"],
-      d["timed_device_time_ns"] / 1e6, calls))' "$rep"
+print("gpumem[default] #%s %s reserved/live %.4f ns/op %.1f device %.2f ms (sampled pass: %.2f) (%s)"
+      % (sys.argv[1], d["trace"].split("/")[-1], d["reserved_over_live"], d["ns_per_op"],
+         d["timed_device_time_ns"] / 1e6, d["device_time_ns"] / 1e6, calls))' "$rep"
     done
     torch_once "$t" # PyTorch again: its figure moves from run to run
     echo "gm_alloc/gm_free alone (bench_replay, sim, no device costs):"
