@@ -12,10 +12,12 @@
  *   lock order: registry -> pool -> shard
  *
  * Counters: the fast path counts into its cache's atomic deltas; pool_totals_locked adds them
- * to the pool's. Peaks: the locked path raises them from the totals; the fast path raises them
- * itself when its thread is the pool's only one (so single-threaded figures are exact). With
- * several threads on the fast path at once, a peak made only of fast-path allocations shows up
- * at the next locked call (documented in docs/cache.md).
+ * to the pool's. Every fast allocation is a hit, so a cache keeps only hits and frees: its
+ * allocation count is its hits, its live-block delta hits - frees. Peaks: the locked path
+ * raises them from the totals; the fast path raises them itself when its thread is the pool's
+ * only one (so single-threaded figures are exact). With several threads on the fast path at
+ * once, a peak made only of fast-path allocations shows up at the next locked call (documented
+ * in docs/cache.md).
  *
  * Lifetimes: a cache belongs to its thread and is freed at thread exit (a pthread key
  * destructor), after its blocks went back to the pool. Pool destroy detaches every cache
@@ -57,8 +59,8 @@ struct gm_tcache {
     _Atomic size_t bytes;
     _Atomic uint64_t by_hash[TC_HASHES]; /* bit i: entry i's size has this hash, so a lookup
                                             visits only candidates; written like count */
-    _Atomic int64_t live_delta, alloc_delta, blocks_delta;
-    _Atomic uint64_t allocs, frees, hits;
+    _Atomic int64_t live_delta, alloc_delta;
+    _Atomic uint64_t hits, frees; /* hits are its allocations too; live blocks: hits - frees */
     tc_entry e[TC_MAX];
 };
 
@@ -84,20 +86,23 @@ static unsigned size_hash(size_t size)
 }
 static_assert(TC_HASHES == 64, "size_hash takes 6 bits");
 
-/* The entry set of hash h, changed under a shard lock (one writer at a time). */
-static void hash_set(gm_tcache *tc, unsigned h, unsigned i, bool on)
+/* Flip the bits `bits` of the entry set of hash h, under a shard lock (one writer at a time).
+ * A set holds only indices below count, so filing sets a clear bit and a take clears a set
+ * one: a toggle does both, and moves an entry between two indices in one write. */
+static inline void hash_toggle(gm_tcache *tc, unsigned h, uint64_t bits)
 {
-    uint64_t m = atomic_load_explicit(&tc->by_hash[h], memory_order_relaxed);
-    m = on ? m | (1ull << i) : m & ~(1ull << i);
-    atomic_store_explicit(&tc->by_hash[h], m, memory_order_relaxed);
+    atomic_store_explicit(&tc->by_hash[h],
+                          atomic_load_explicit(&tc->by_hash[h], memory_order_relaxed) ^ bits,
+                          memory_order_relaxed);
 }
 
 /* Counters of a cache are written only by its owner thread (under its lock), so an add is a
  * plain load and store; readers use relaxed loads. No locked read-modify-write on the fast path. */
-static inline void own_add(_Atomic int64_t *c, int64_t v)
+static inline int64_t own_add(_Atomic int64_t *c, int64_t v)
 {
-    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v,
-                          memory_order_relaxed);
+    int64_t n = atomic_load_explicit(c, memory_order_relaxed) + v;
+    atomic_store_explicit(c, n, memory_order_relaxed);
+    return n;
 }
 static inline void own_inc(_Atomic uint64_t *c)
 {
@@ -109,14 +114,12 @@ static inline void own_inc(_Atomic uint64_t *c)
 
 void pool_totals_locked(gm_pool *pool, pool_totals *out)
 {
-    int64_t live = 0, alloc = 0, blocks = 0;
-    uint64_t allocs = 0, frees = 0, hits = 0;
+    int64_t live = 0, alloc = 0;
+    uint64_t frees = 0, hits = 0;
     size_t cached_blocks = 0, cached_bytes = 0;
     for (gm_tcache *tc = pool->tcaches; tc; tc = tc->pool_next) {
         live += atomic_load_explicit(&tc->live_delta, memory_order_relaxed);
         alloc += atomic_load_explicit(&tc->alloc_delta, memory_order_relaxed);
-        blocks += atomic_load_explicit(&tc->blocks_delta, memory_order_relaxed);
-        allocs += atomic_load_explicit(&tc->allocs, memory_order_relaxed);
         frees += atomic_load_explicit(&tc->frees, memory_order_relaxed);
         hits += atomic_load_explicit(&tc->hits, memory_order_relaxed);
         cached_blocks += atomic_load_explicit(&tc->count, memory_order_relaxed); /* exact only
@@ -125,8 +128,8 @@ void pool_totals_locked(gm_pool *pool, pool_totals *out)
     }
     out->live_bytes = (size_t)(ssize(pool->live_bytes) + live);
     out->allocated_bytes = (size_t)(ssize(pool->allocated_bytes) + alloc);
-    out->live_blocks = (size_t)(ssize(pool->live_blocks) + blocks);
-    out->alloc_count = pool->alloc_count + allocs;
+    out->live_blocks = pool->live_blocks + (size_t)(hits - frees);
+    out->alloc_count = pool->alloc_count + hits;
     out->free_count = pool->free_count + frees;
     out->thread_hits = hits;
     out->thread_cached_blocks = cached_blocks;
@@ -196,10 +199,11 @@ static void detach_locked(gm_pool *pool, gm_tcache *tc)
     retire_entries_locked(pool, tc);
     pool->live_bytes += (size_t)atomic_load(&tc->live_delta);
     pool->allocated_bytes += (size_t)atomic_load(&tc->alloc_delta);
-    pool->live_blocks += (size_t)atomic_load(&tc->blocks_delta);
-    pool->alloc_count += atomic_load(&tc->allocs);
-    pool->free_count += atomic_load(&tc->frees);
-    pool->thread_hits_folded += atomic_load(&tc->hits);
+    uint64_t hits = atomic_load(&tc->hits), frees = atomic_load(&tc->frees);
+    pool->live_blocks += (size_t)(hits - frees);
+    pool->alloc_count += hits;
+    pool->free_count += frees;
+    pool->thread_hits_folded += hits;
     if (tc->pool_prev)
         tc->pool_prev->pool_next = tc->pool_next;
     else
@@ -224,6 +228,7 @@ static void thread_exit(void *list)
         }
         free(tc);
     }
+    tls_list = tls_last = NULL; /* a later key destructor that uses a pool starts afresh */
     pthread_mutex_unlock(&registry);
 }
 
@@ -312,79 +317,104 @@ bool tcache_reclaim_locked(gm_pool *pool)
 
 /* ---------------------------------------------------------------- the fast path */
 
-/* A lone thread keeps the peaks exact without the lock. */
-static void fast_peaks(gm_pool *pool, gm_tcache *tc)
+/* A lone thread keeps the peaks exact without the lock; live_delta and alloc_delta are its
+ * cache's deltas as it just stored them (it is their only writer). */
+static inline void fast_peaks(gm_pool *pool, int64_t live_delta, int64_t alloc_delta)
 {
     if (atomic_load_explicit(&pool->tc_count, memory_order_relaxed) != 1)
         return;
-    size_t live = (size_t)(ssize(atomic_load_explicit(&pool->live_bytes, memory_order_relaxed)) +
-                           atomic_load_explicit(&tc->live_delta, memory_order_relaxed));
-    size_t alloc =
-        (size_t)(ssize(atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed)) +
-                 atomic_load_explicit(&tc->alloc_delta, memory_order_relaxed));
-    raise_to(&pool->peak_live, live);
-    raise_to(&pool->peak_allocated, alloc);
+    raise_to(&pool->peak_live,
+             (size_t)(ssize(atomic_load_explicit(&pool->live_bytes, memory_order_relaxed)) +
+                      live_delta));
+    raise_to(&pool->peak_allocated,
+             (size_t)(ssize(atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed)) +
+                      alloc_delta));
 }
 
-/* Take entry i, which matches rq on `stream`, out of the cache and make its block live; false
- * if a whole-pool operation emptied the cache since the lookup, or the live map cannot grow.
- * Out of line (a tail call): the lookup before it then needs no saved registers. */
-static __attribute__((noinline)) bool take_entry(gm_pool *pool, gm_tcache *tc, unsigned i,
-                                                 const gm_request *rq, gm_stream stream,
-                                                 void **out)
+static bool lookup_and_take(gm_pool *pool, gm_tcache *tc, const gm_request *rq,
+                            gm_stream stream, void **out);
+
+/* take_entry's live map is full: grow it (the shard lock dropped meanwhile, as a stopped world
+ * may need it) and look again. Cold, and a tail call, so take_entry makes no call. */
+static GM_COLD bool take_after_growing(gm_pool *pool, gm_tcache *tc, live_shard *sh,
+                                       const gm_request *rq, gm_stream stream, void **out)
 {
-    gm_block *b = tc->e[i].b;
-    unsigned h = size_hash(rq->granted);
-    live_shard *sh = shard_of(pool, tc->e[i].addr);
     spin_lock(&sh->lock);
-    unsigned count = atomic_load_explicit(&tc->count, memory_order_relaxed);
-    bool filed = tc->pool && i < count && tc->e[i].b == b && bmap_insert(&sh->map, b);
-    if (filed) { /* all under the shard lock, so a stopped world sees it whole */
-        size_t size = rq->size;
-        unsigned last = count - 1;
-        b->requested = size;
-        b->tag = stream;
-        flags_set(b, 0);
-        hash_set(tc, h, i, false);
-        if (i != last) { /* the last entry moves into the hole */
-            unsigned hl = size_hash(tc->e[last].size);
-            hash_set(tc, hl, last, false);
-            hash_set(tc, hl, i, true);
-            tc->e[i] = tc->e[last];
-        }
-        atomic_store_explicit(&tc->count, last, memory_order_relaxed);
-        atomic_store_explicit(&tc->bytes, tc->bytes - b->size, memory_order_relaxed);
-        own_add(&tc->live_delta, ssize(size));
-        own_add(&tc->alloc_delta, ssize(b->size));
-        own_add(&tc->blocks_delta, 1);
-        own_inc(&tc->allocs);
-        own_inc(&tc->hits);
-    }
+    bool room = (sh->map.count + 1) * 2 <= sh->map.cap || bmap_grow(&sh->map);
     spin_unlock(&sh->lock);
-    if (!filed)
+    return room && lookup_and_take(pool, tc, rq, stream, out);
+}
+
+/* The newest entry of `set` (tc's entry set of rq's hash) that matches rq on `stream`, taken
+ * out of the cache and its block made live; false if none, or a whole-pool operation emptied
+ * the cache since the lookup. Out of line (a tail call): tcache_alloc, which misses on most
+ * allocations, then saves no registers. */
+static __attribute__((noinline)) bool take_entry(gm_pool *pool, gm_tcache *tc,
+                                                 _Atomic uint64_t *set, const gm_request *rq,
+                                                 gm_stream stream, void **out)
+{
+    size_t granted = rq->granted;
+    uint64_t cand = atomic_load_explicit(set, memory_order_relaxed);
+    unsigned i;
+    for (;; cand ^= 1ull << i) {
+        if (!cand)
+            return false;
+        i = floor_log2(cand);
+        if (tc->e[i].size == granted && tc->e[i].stream == stream)
+            break;
+    }
+    tc_entry *e = &tc->e[i];
+    uintptr_t addr = e->addr;
+    live_shard *sh = shard_of(pool, addr);
+    block_map *m = &sh->map;
+    spin_lock(&sh->lock);
+    /* The re-check: only the owner (this thread) adds entries and a whole-pool operation only
+     * empties a cache (a detach too, before it clears tc->pool), so an index still below count
+     * is the entry the lookup chose, unchanged, in a cache still attached. */
+    unsigned count = atomic_load_explicit(&tc->count, memory_order_relaxed);
+    if (i >= count) {
+        spin_unlock(&sh->lock);
         return false;
-    fast_peaks(pool, tc);
-    *out = (void *)b->addr;
+    }
+    if ((m->count + 1) * 2 > m->cap) {
+        spin_unlock(&sh->lock);
+        return take_after_growing(pool, tc, sh, rq, stream, out);
+    }
+    /* all under the shard lock, so a stopped world sees it whole */
+    gm_block *b = e->b;
+    (void)bmap_insert(m, b); /* has room: cannot fail */
+    unsigned last = count - 1;
+    size_t bsize = b->size, size = rq->size;
+    b->requested = size;
+    b->tag = stream;
+    flags_set(b, 0);
+    atomic_store_explicit(set, atomic_load_explicit(set, memory_order_relaxed) ^ (1ull << i),
+                          memory_order_relaxed);
+    if (i != last) { /* the last entry moves into the hole */
+        hash_toggle(tc, size_hash(tc->e[last].size), (1ull << last) | (1ull << i));
+        *e = tc->e[last];
+    }
+    atomic_store_explicit(&tc->count, last, memory_order_relaxed);
+    atomic_store_explicit(&tc->bytes, tc->bytes - bsize, memory_order_relaxed);
+    int64_t live = own_add(&tc->live_delta, ssize(size));
+    int64_t alloc = own_add(&tc->alloc_delta, ssize(bsize));
+    own_inc(&tc->hits);
+    spin_unlock(&sh->lock);
+    fast_peaks(pool, live, alloc);
+    *out = (void *)addr;
     return true;
 }
 
-/* The newest entry of tc that matches rq on `stream`, taken (take_entry); false if none. Its
- * callers only tail-call: they save no registers (the lookup misses on most allocations). */
+/* The lookup: an allocation looks only at the entries whose granted size has its hash, and
+ * most find none. Its callers only tail-call: they save no registers. */
 static inline bool lookup_and_take(gm_pool *pool, gm_tcache *tc, const gm_request *rq,
                                    gm_stream stream, void **out)
 {
     if (rq->kind < 0)
         return false;
-    size_t granted = rq->granted;
-    unsigned h = size_hash(granted);
-    /* The newest index whose entry matches: the candidates are the entries of hash h. */
-    uint64_t cand = atomic_load_explicit(&tc->by_hash[h], memory_order_relaxed);
-    for (unsigned i; cand; cand &= ~(1ull << i)) {
-        i = floor_log2(cand);
-        if (tc->e[i].size == granted && tc->e[i].stream == stream)
-            return take_entry(pool, tc, i, rq, stream, out);
-    }
-    return false;
+    _Atomic uint64_t *set = &tc->by_hash[size_hash(rq->granted)];
+    return atomic_load_explicit(set, memory_order_relaxed) &&
+           take_entry(pool, tc, set, rq, stream, out);
 }
 
 /* tcache_alloc of a thread whose last cache used is another pool's, or that has none. */
@@ -407,9 +437,10 @@ bool tcache_alloc(gm_pool *pool, const gm_request *rq, gm_stream stream, void **
     return lookup_and_take(pool, tc, rq, stream, out);
 }
 
-/* File the live block at addr into tc, which has room; false if it may not go there. Out of
- * line: tcache_free's check of a full cache (most frees of a busy thread) then saves no
- * registers. */
+/* File the live block at addr into tc, which its caller saw had room (only the owner adds
+ * entries, so it still has); false if the block may not go there. A detached cache needs no
+ * check: its owner has exited, or its pool is destroyed. Out of line: tcache_free's check of a
+ * full cache (most frees of a busy thread) then saves no registers. */
 static __attribute__((noinline)) bool file_entry(gm_pool *pool, gm_tcache *tc, uintptr_t addr,
                                                  gm_stream stream)
 {
@@ -417,24 +448,28 @@ static __attribute__((noinline)) bool file_entry(gm_pool *pool, gm_tcache *tc, u
     spin_lock(&sh->lock);
     size_t j = bmap_find(&sh->map, addr);
     gm_block *b = j == SIZE_MAX ? NULL : sh->map.slots[j];
-    unsigned count = atomic_load_explicit(&tc->count, memory_order_relaxed);
-    bool take = b && tc->pool && count < pool->tc_blocks && !b->extra_count && !b->handle &&
-                !(b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) &&
-                b->tag == stream && b->size <= TC_BLOCK_MAX && tc->bytes + b->size <= TC_BYTES;
-    if (take) { /* all under the shard lock, so a stopped world sees it whole */
-        bmap_erase(&sh->map, j);
-        flags_set(b, BLOCK_THREAD);
-        tc->e[count] = (tc_entry){b, addr, b->size, stream};
-        atomic_store_explicit(&tc->count, count + 1, memory_order_relaxed);
-        hash_set(tc, size_hash(b->size), count, true);
-        atomic_store_explicit(&tc->bytes, tc->bytes + b->size, memory_order_relaxed);
-        own_add(&tc->live_delta, -ssize(b->requested));
-        own_add(&tc->alloc_delta, -ssize(b->size));
-        own_add(&tc->blocks_delta, -1);
-        own_inc(&tc->frees);
+    size_t bytes;
+    if (!b || b->extra_count || b->handle || (b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) ||
+        b->tag != stream || b->size > TC_BLOCK_MAX ||
+        (bytes = tc->bytes + b->size) > TC_BYTES) {
+        spin_unlock(&sh->lock);
+        return false;
     }
+    /* all under the shard lock, so a stopped world sees it whole; the map last, when little
+     * else is live (fewer saved registers) */
+    unsigned count = atomic_load_explicit(&tc->count, memory_order_relaxed);
+    size_t size = b->size;
+    flags_set(b, BLOCK_THREAD);
+    tc->e[count] = (tc_entry){b, addr, size, stream};
+    atomic_store_explicit(&tc->count, count + 1, memory_order_relaxed);
+    hash_toggle(tc, size_hash(size), 1ull << count);
+    atomic_store_explicit(&tc->bytes, bytes, memory_order_relaxed);
+    own_add(&tc->live_delta, -ssize(b->requested));
+    own_add(&tc->alloc_delta, -ssize(size));
+    own_inc(&tc->frees);
+    bmap_erase(&sh->map, j);
     spin_unlock(&sh->lock);
-    return take;
+    return true;
 }
 
 static GM_COLD bool tcache_free_other(gm_pool *pool, uintptr_t addr, gm_stream stream)
