@@ -103,7 +103,6 @@ gm_status gm_pool_set_error_callback(gm_pool *pool, gm_error_fn fn, void *user)
 static void block_make_spare(gm_pool *pool, gm_block *b)
 {
     b->requested = 0;
-    b->age_prev = b->age_next = NULL;
     b->cache_event = 0;
     b->extra_streams = NULL;
     b->extra_count = 0;

@@ -65,11 +65,12 @@ int strategy_route(const gm_pool *pool, size_t size, const char **why);
  * and a give do (the records come from pool.c).
  *
  * Spare records (pool->spare_blocks, linked by free_next) are kept in the state of a free
- * block's record: requested 0, no age links, no cache event, no extra streams, handle 0. A
- * free block's record is in that state already (block_untake_in clears the rest, and the
- * cache clears its links and event when a block leaves it), so a merge recycles the record it
- * deletes as it is, and a split writes only the fields that differ. block_delete_locked
- * (pool.c) resets a record in any other state. */
+ * block's record: requested 0, no cache event, no extra streams, handle 0. A free block's
+ * record is in that state already (block_untake_in clears the rest, and the cache its event
+ * when a block leaves it), so a merge recycles the record it deletes as it is, and a split
+ * writes only the fields that differ. The age links are stale outside the cache: only the
+ * cache reads them, and file_block writes both. block_delete_locked (pool.c) resets a record
+ * in any other state. */
 GM_COLD bool block_chunk_add_locked(gm_pool *pool); /* pool.c: more spare records */
 
 /* A spare record (see above), or NULL if host memory is exhausted. */
@@ -85,9 +86,8 @@ static inline gm_block *block_record_locked(gm_pool *pool)
 /* Give back the record of a free block (its fields in the spare state). */
 static inline void block_recycle_locked(gm_pool *pool, gm_block *b)
 {
-    assert(GM_DEBUG < 2 || (b->requested == 0 && !b->age_prev && !b->age_next &&
-                            !b->cache_event && !b->extra_streams && !b->extra_count &&
-                            !b->handle));
+    assert(GM_DEBUG < 2 || (b->requested == 0 && !b->cache_event && !b->extra_streams &&
+                            !b->extra_count && !b->handle));
     b->free_next = pool->spare_blocks;
     pool->spare_blocks = b;
 }
