@@ -224,19 +224,30 @@ static inline bool bmap_insert(block_map *m, gm_block *b)
     return true;
 }
 
+/* The block at `addr` with its slot in *slot, or NULL (*slot untouched): a caller that erases
+ * what it found has the block without loading its slot again. */
+static inline gm_block *bmap_find_block(const block_map *m, uintptr_t addr, size_t *slot)
+{
+    if (!m->cap)
+        return NULL;
+    size_t mask = m->cap - 1;
+    for (size_t j = bmap_slot(m, addr);; j = (j + 1) & mask) {
+        gm_block *b = m->slots[j];
+        if (!b)
+            return NULL;
+        if (b->addr == addr) {
+            *slot = j;
+            return b;
+        }
+    }
+}
+
 /* The slot of the block at `addr`, or SIZE_MAX. */
 static inline size_t bmap_find(const block_map *m, uintptr_t addr)
 {
-    if (!m->cap)
-        return SIZE_MAX;
-    size_t mask = m->cap - 1;
-    for (size_t j = bmap_slot(m, addr);; j = (j + 1) & mask) {
-        const gm_block *b = m->slots[j];
-        if (!b)
-            return SIZE_MAX;
-        if (b->addr == addr)
-            return j;
-    }
+    size_t j = SIZE_MAX;
+    (void)bmap_find_block(m, addr, &j);
+    return j;
 }
 
 static inline gm_block *bmap_lookup(const block_map *m, uintptr_t addr)

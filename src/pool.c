@@ -42,7 +42,8 @@ static _Thread_local const gm_pool *tls_error_pool;
 
 /* ---------------------------------------------------------------- errors */
 
-gm_status fail_no_pool(gm_status st, const char *fn, const char *what)
+/* Cold: gm_alloc and gm_free inlined the snprintf into their hot bodies. */
+GM_COLD gm_status fail_no_pool(gm_status st, const char *fn, const char *what)
 {
     if (snprintf(tls_error, sizeof tls_error, "%s: %s", fn, what) < 0)
         tls_error[0] = '\0';
@@ -180,19 +181,22 @@ void pool_note_reserved_locked(gm_pool *pool, size_t bytes, bool grow)
         pool->peak_reserved = pool->reserved_bytes;
 }
 
-static inline void note_live(gm_pool *pool, const gm_block *b, bool alloc)
+/* A block of `requested` bytes (granted `size`) became live (alloc) or was freed. The caller
+ * passes the sizes: gm_alloc has them in registers, where a load from the block after the shard
+ * lock's atomic would be repeated. */
+static inline void note_live(gm_pool *pool, size_t requested, size_t size, bool alloc)
 {
     /* written only under the pool lock, read without it: relaxed, no locked instruction */
     size_t live = atomic_load_explicit(&pool->live_bytes, memory_order_relaxed);
     size_t allocated = atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed);
     if (!alloc) {
-        atomic_store_explicit(&pool->live_bytes, live - b->requested, memory_order_relaxed);
-        atomic_store_explicit(&pool->allocated_bytes, allocated - b->size, memory_order_relaxed);
+        atomic_store_explicit(&pool->live_bytes, live - requested, memory_order_relaxed);
+        atomic_store_explicit(&pool->allocated_bytes, allocated - size, memory_order_relaxed);
         pool->live_blocks--;
         return;
     }
-    atomic_store_explicit(&pool->live_bytes, live + b->requested, memory_order_relaxed);
-    atomic_store_explicit(&pool->allocated_bytes, allocated + b->size, memory_order_relaxed);
+    atomic_store_explicit(&pool->live_bytes, live + requested, memory_order_relaxed);
+    atomic_store_explicit(&pool->allocated_bytes, allocated + size, memory_order_relaxed);
     pool->live_blocks++;
     pool_update_peaks_locked(pool);
 }
@@ -386,12 +390,15 @@ static GM_COLD gm_heap *heap_add_locked(gm_pool *pool, gm_stream stream)
     return h;
 }
 
-/* The heap of `stream`, created on first use; NULL if host memory is exhausted. */
-static gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream)
+/* The heap of `stream`, created on first use; NULL if host memory is exhausted. A pointer walk
+ * with a count down: no index to scale and no end to compute (a heap per stream that allocated:
+ * usually one or two; heaps is NULL before the first, and is then not stepped). */
+static inline gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream)
 {
-    for (size_t i = 0; i < pool->heap_count; i++)
-        if (pool->heaps[i].stream == stream)
-            return &pool->heaps[i];
+    gm_heap *h = pool->heaps;
+    for (size_t n = pool->heap_count; n; n--, h++)
+        if (h->stream == stream)
+            return h;
     return heap_add_locked(pool, stream);
 }
 
@@ -441,31 +448,49 @@ size_t pool_default_segment_size(const gm_pool *pool, const gm_arena *a, size_t 
 
 /* ---------------------------------------------------------------- block surgery */
 
-/* Mark taken block b of span s free again and return it to the free lists (no page
- * bookkeeping). Inline in the eviction path (cache_release_block_locked): a cached block's
- * eviction is a fifth of gpt2_train's allocator instructions. */
-static inline void block_untake_in(gm_pool *pool, gm_span *s, gm_block *b)
+/* Mark taken block b of span s, which holds no streams' storage, free again and return it to
+ * the free lists (no page bookkeeping). Inline in the eviction path
+ * (cache_release_block_locked): a cached block's eviction is a fifth of gpt2_train's allocator
+ * instructions. It ends in the strategy's give, which a caller with nothing left to do reaches
+ * by a jump. */
+static inline void block_untake_bare(gm_pool *pool, gm_span *s, gm_block *b)
 {
     flags_set(b, BLOCK_FREE);
     b->requested = 0;
     b->handle = 0;
-    if (b->extra_streams) {
-        free(b->extra_streams);
-        b->extra_streams = NULL;
-    }
     b->extra_count = 0;
     s->live_blocks--;
     s->arena->ops->give(pool, s->arena, b);
 }
 
-/* Return block b of span s to its arena, then apply the eager release policy. */
-static inline void block_release_in(gm_pool *pool, gm_span *s, gm_block *b)
+/* block_untake_bare of any taken block: the streams' storage goes first. */
+static inline void block_untake_in(gm_pool *pool, gm_span *s, gm_block *b)
+{
+    if (b->extra_streams) {
+        free(b->extra_streams);
+        b->extra_streams = NULL;
+    }
+    block_untake_bare(pool, s, b);
+}
+
+/* block_release_in with pages to drop, streams' storage to free or a span to release after:
+ * out of line, so that the plain case saves no registers and jumps to give. */
+static __attribute__((noinline)) void block_release_slow(gm_pool *pool, gm_span *s, gm_block *b)
 {
     if (s->vmm)
         pages_drop_locked(pool, s->arena, b->addr, b->size);
     block_untake_in(pool, s, b);
     if (s->live_blocks == 0 && !s->vmm && !s->pinned && pool->cfg.release == GM_RELEASE_EAGER)
         span_release_locked(pool, s);
+}
+
+/* Return block b of span s to its arena, then apply the eager release policy. */
+static inline void block_release_in(gm_pool *pool, gm_span *s, gm_block *b)
+{
+    if (s->vmm || b->extra_streams || pool->cfg.release == GM_RELEASE_EAGER)
+        block_release_slow(pool, s, b);
+    else
+        block_untake_bare(pool, s, b);
 }
 
 void block_untake_locked(gm_pool *pool, gm_block *b)
@@ -522,44 +547,82 @@ static gm_status grow_plain_locked(gm_pool *pool, gm_arena *a, size_t granted)
     return st;
 }
 
-/* Find a block for `granted` bytes in arena a, growing the arena if needed. */
-static gm_status arena_alloc_locked(gm_pool *pool, gm_arena *a, size_t granted, gm_block **out)
+/* This arena's cached blocks (the pool's, then the threads') coalesce before it grows; other
+ * arenas' cached blocks could not help here, so they stay. NULL if that gave no block. */
+static gm_block *arena_take_evicting_locked(gm_pool *pool, gm_arena *a, size_t granted)
 {
-    bool vmm = pool->cfg.segments == GM_SEGMENTS_VMM;
-    if (vmm && !a->spans) {
+    gm_block *b = NULL;
+    while (!b && (cache_evict_arena_locked(pool, a) || tcache_reclaim_locked(pool)))
+        b = a->ops->take(pool, a, granted);
+    return b;
+}
+
+/* arena_alloc_locked of a plain arena whose strategy had no block: evict, then grow. */
+static __attribute__((noinline)) gm_status arena_alloc_plain_miss_locked(gm_pool *pool,
+                                                                         gm_arena *a,
+                                                                         size_t granted,
+                                                                         gm_block **out)
+{
+    gm_block *b = arena_take_evicting_locked(pool, a, granted);
+    if (!b) {
+        gm_status st = grow_plain_locked(pool, a, granted);
+        if (st != GM_OK)
+            return st;
+        b = a->ops->take(pool, a, granted);
+        if (!b)
+            return GM_ERR_OUT_OF_MEMORY;
+    }
+    flags_set(b, 0);
+    b->span->live_blocks++;
+    *out = b;
+    return GM_OK;
+}
+
+/* arena_alloc_locked of a VMM arena: its range reserved at first use, pages mapped for the
+ * block. */
+static __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_arena *a,
+                                                                  size_t granted, gm_block **out)
+{
+    if (!a->spans) {
         gm_status st = span_create_vmm_locked(pool, a);
         if (st != GM_OK)
             return st;
     }
     gm_block *b = a->ops->take(pool, a, granted);
-    /* This arena's cached blocks (the pool's, then the threads') coalesce before it grows;
-     * other arenas' cached blocks could not help here, so they stay. */
-    while (!b && (cache_evict_arena_locked(pool, a) || tcache_reclaim_locked(pool)))
-        b = a->ops->take(pool, a, granted);
-    if (!b && !vmm) {
-        gm_status st = grow_plain_locked(pool, a, granted);
-        if (st != GM_OK)
-            return st;
-        b = a->ops->take(pool, a, granted);
-    }
-    if (!b && vmm) { /* no free run of addresses: stitch free pages into a new range */
+    if (!b)
+        b = arena_take_evicting_locked(pool, a, granted);
+    if (!b) { /* no free run of addresses: stitch free pages into a new range */
         gm_status st = vmm_stitch_locked(pool, a, granted);
         if (st != GM_OK)
             return st;
         b = a->ops->take(pool, a, granted);
+        if (!b) /* the virtual ranges are exhausted */
+            return GM_ERR_OUT_OF_MEMORY;
     }
-    if (!b) /* VMM: the virtual ranges are exhausted */
-        return GM_ERR_OUT_OF_MEMORY;
     flags_set(b, 0);
     b->span->live_blocks++;
-    gm_status st;
-    if (vmm) {
-        st = pages_acquire_locked(pool, a, b->addr, b->size);
-        if (st != GM_OK) {
-            block_untake_locked(pool, b);
-            return st;
-        }
+    gm_status st = pages_acquire_locked(pool, a, b->addr, b->size);
+    if (st != GM_OK) {
+        block_untake_locked(pool, b);
+        return st;
     }
+    *out = b;
+    return GM_OK;
+}
+
+/* Find a block for `granted` bytes in arena a, growing the arena if needed. Inline, the first
+ * fit of a plain arena only: evicting, growing and VMM pages are out of line, so that the
+ * common case saves no registers for them. */
+static GM_INLINE gm_status arena_alloc_locked(gm_pool *pool, gm_arena *a, size_t granted,
+                                              gm_block **out)
+{
+    if (pool->cfg.segments == GM_SEGMENTS_VMM)
+        return arena_alloc_vmm_locked(pool, a, granted, out);
+    gm_block *b = a->ops->take(pool, a, granted);
+    if (!b)
+        return arena_alloc_plain_miss_locked(pool, a, granted, out);
+    flags_set(b, 0);
+    b->span->live_blocks++;
     *out = b;
     return GM_OK;
 }
@@ -611,16 +674,27 @@ static bool block_events_done_locked(gm_pool *pool, gm_block *b)
 static void defer_block_locked(gm_pool *pool, gm_block *b, const gm_stream *streams, uint32_t n,
                                bool to_strategy);
 
-/* A freed block whose users are all done: into the cache, or back to its strategy (directly if
- * its heap's stream was the last user, else behind an event on that user). */
-void block_retire_locked(gm_pool *pool, gm_block *b)
+/* A freed block the cache did not take: back to its strategy, directly if its heap's stream
+ * was the last user, else behind an event on that user. */
+static __attribute__((noinline)) void block_uncached_locked(gm_pool *pool, gm_block *b)
 {
-    if (cache_put_locked(pool, b))
-        return;
     if (b->tag == b->span->arena->heap->stream)
         block_release_locked(pool, b);
     else
         defer_block_locked(pool, b, &b->tag, 1, true);
+}
+
+/* A freed block whose users are all done: into the cache, or back to its strategy. Inline in
+ * gm_free, which then calls the cache directly. */
+static GM_INLINE void block_retire_in(gm_pool *pool, gm_block *b)
+{
+    if (!cache_put_locked(pool, b))
+        block_uncached_locked(pool, b);
+}
+
+void block_retire_locked(gm_pool *pool, gm_block *b)
+{
+    block_retire_in(pool, b);
 }
 
 /* An evicted block with an event, or last used on another stream than its heap's. */
@@ -764,18 +838,12 @@ static void defer_block_locked(gm_pool *pool, gm_block *b, const gm_stream *stre
     pool->pending = b;
 }
 
-/* A block the program freed on `stream`: reusable at once on that stream; other streams that
- * used it (gm_record_stream) must finish first. */
-static void block_freed_locked(gm_pool *pool, gm_block *b, gm_stream stream)
+/* block_freed_locked of a block another stream used: every other stream that used it must
+ * finish first, the recorded ones and the one it was allocated on. */
+static GM_COLD void block_freed_shared_locked(gm_pool *pool, gm_block *b, gm_stream stream)
 {
     gm_stream alloc_stream = b->tag;
     b->tag = stream;
-    if (!b->extra_count && alloc_stream == stream) {
-        block_retire_locked(pool, b);
-        return;
-    }
-    /* Every other stream that used it must finish first: the recorded ones and the one it was
-     * allocated on. */
     gm_stream *others = realloc(b->extra_streams, (b->extra_count + 1u) * sizeof *others);
     if (!others) { /* cannot list them: wait for them instead */
         for (uint32_t i = 0; i < b->extra_count; i++)
@@ -794,10 +862,20 @@ static void block_freed_locked(gm_pool *pool, gm_block *b, gm_stream stream)
     defer_block_locked(pool, b, others, n, false);
 }
 
-/* Free live block b on `stream`, already taken out of the live map (handle 0). */
-static void block_unmapped_free_locked(gm_pool *pool, gm_block *b, gm_stream stream)
+/* A block the program freed on `stream`: reusable at once on that stream; other streams that
+ * used it (gm_record_stream) must finish first. */
+static GM_INLINE void block_freed_locked(gm_pool *pool, gm_block *b, gm_stream stream)
 {
-    note_live(pool, b, false);
+    if (!b->extra_count && b->tag == stream) /* its only user: the tag stays */
+        block_retire_in(pool, b);
+    else
+        block_freed_shared_locked(pool, b, stream);
+}
+
+/* Free live block b on `stream`, already taken out of the live map (handle 0). */
+static GM_INLINE void block_unmapped_free_locked(gm_pool *pool, gm_block *b, gm_stream stream)
+{
+    note_live(pool, b->requested, b->size, false);
     pool->free_count++;
     note_stream_for_sync(pool, stream);
     block_freed_locked(pool, b, stream);
@@ -920,7 +998,7 @@ static void pool_teardown(gm_pool *pool)
         for (size_t i = 0; i < m->cap; i++)
             if (m->slots[i]) {
                 gm_block *b = m->slots[i];
-                note_live(pool, b, false);
+                note_live(pool, b->requested, b->size, false);
                 block_release_locked(pool, b);
             }
     }
@@ -995,7 +1073,8 @@ static void format_bytes(char *buf, size_t len, size_t bytes)
     snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", v, units[u]);
 }
 
-static gm_status fail_oom_locked(gm_pool *pool, size_t size, gm_stream stream, const char *cause)
+static GM_COLD gm_status fail_oom_locked(gm_pool *pool, size_t size, gm_stream stream,
+                                         const char *cause)
 {
     free_summary fs;
     free_summary_locked(pool, &fs);
@@ -1027,8 +1106,8 @@ static gm_status fail_oom_locked(gm_pool *pool, size_t size, gm_stream stream, c
  * allocation is retried. 1 evict the cache; 2 wait for pending frees and release wholly free
  * segments and idle pages; 3 defragment (the hook the defragmentation layer fills); 4 the
  * program's callback, with the lock dropped, at most GM_OOM_RETRIES times; 5 fail. */
-static gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size, size_t granted,
-                                   gm_stream stream, gm_block **out)
+static GM_COLD gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size,
+                                           size_t granted, gm_stream stream, gm_block **out)
 {
     gm_status st = GM_ERR_OUT_OF_MEMORY;
     pool->oom_ladder[0]++;
@@ -1069,7 +1148,7 @@ static inline void pool_request(const gm_pool *pool, size_t size, gm_request *rq
     rq->size = size;
     if (pool->tlsf_only) { /* strategy_route and tlsf's grant, inline (strategy.h) */
         rq->kind = size <= pool->cfg.small_request_max ? ARENA_SMALL : ARENA_LARGE;
-        rq->granted = size ? pool_round_size(pool, size) : 0;
+        rq->granted = pool_round_size(pool, size); /* 0 for size 0, as the locked path needs */
         return;
     }
     rq->why = "the configuration refuses this size";
@@ -1081,8 +1160,11 @@ static inline void pool_request(const gm_pool *pool, size_t size, gm_request *rq
     }
 }
 
-static gm_status alloc_request_locked(gm_pool *pool, const gm_request *rq, gm_stream stream,
-                                      uint32_t handle, gm_block **out)
+/* alloc_request_locked's refusals, in their order: size 0; a kind or a size the configuration
+ * refuses (the stream's heap is made first, as for any request); a size past the device or the
+ * reserve limit. Pending frees are processed first, as for any request. */
+static GM_COLD gm_status alloc_refused_locked(gm_pool *pool, const gm_request *rq,
+                                              gm_stream stream)
 {
     size_t size = rq->size;
     if (size == 0)
@@ -1090,35 +1172,70 @@ static gm_status alloc_request_locked(gm_pool *pool, const gm_request *rq, gm_st
                                 "gm_alloc: size 0 is not a valid request");
     if (pool->pending)
         process_pending_locked(pool);
-    gm_heap *h = heap_of_locked(pool, stream);
-    if (!h)
+    if (!heap_of_locked(pool, stream))
         return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (heap)");
     if (rq->kind < 0)
         return fail_oom_locked(pool, size, stream, rq->why);
-    gm_arena *a = &h->arenas[rq->kind];
     size_t granted = rq->granted;
-    assert(GM_DEBUG < 2 || granted == a->ops->grant(pool, a, size));
-    size_t capacity = pool->backend->caps.capacity;
-    if (!granted || granted > capacity || granted > pool->limit)
-        return fail_oom_locked(pool, size, stream,
-                               granted && granted <= capacity
-                                   ? "the request exceeds the reserve limit"
-                                   : "the request exceeds device capacity");
-    gm_block *b = cache_take_locked(pool, granted, stream);
-    gm_status st = b ? GM_OK : arena_alloc_locked(pool, a, granted, &b);
+    return fail_oom_locked(pool, size, stream,
+                           granted && granted <= pool->backend->caps.capacity
+                               ? "the request exceeds the reserve limit"
+                               : "the request exceeds device capacity");
+}
+
+/* The arena had no block for the request: the out-of-memory ladder, then the failure with its
+ * message. GM_OK with *out set if the ladder found a block. */
+static GM_COLD gm_status alloc_missed_locked(gm_pool *pool, gm_arena *a, const gm_request *rq,
+                                             gm_stream stream, gm_status st, gm_block **out)
+{
+    size_t size = rq->size, granted = rq->granted;
     if (st == GM_ERR_OUT_OF_MEMORY)
-        st = oom_ladder_locked(pool, a, size, granted, stream, &b);
+        st = oom_ladder_locked(pool, a, size, granted, stream, out);
     if (st == GM_ERR_OUT_OF_MEMORY)
         return fail_oom_locked(pool, size, stream,
                                pool->reserved_bytes + granted > pool->limit
                                    ? "the reserve limit is reached"
                                    : "the device is full");
-    if (st != GM_OK) {
-        if (!pool->error_text[0] || st == GM_ERR_BACKEND)
-            pool_fail_locked(pool, st, "gm_alloc: device call failed: %s",
-                             gm_backend_last_error());
-        return st;
+    if (st != GM_OK && (!pool->error_text[0] || st == GM_ERR_BACKEND))
+        pool_fail_locked(pool, st, "gm_alloc: device call failed: %s", gm_backend_last_error());
+    return st;
+}
+
+/* The live map could not file b (host memory): it goes back, and the request fails. */
+static GM_COLD gm_status alloc_unfiled_locked(gm_pool *pool, gm_block *b)
+{
+    block_release_locked(pool, b);
+    return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (map)");
+}
+
+/* The locked allocation of request rq (pool_alloc_locked's contract). Inline in gm_alloc, so
+ * that the locked path has one prologue, not two; every refusal, the out-of-memory ladder and a
+ * live-map failure are out of line, so that the common case saves no registers for them. */
+static GM_INLINE gm_status alloc_request_locked(gm_pool *pool, const gm_request *rq,
+                                                gm_stream stream, uint32_t handle,
+                                                gm_block **out)
+{
+    size_t size = rq->size, granted = rq->granted;
+    /* granted is 0 for size 0 and for a kind the configuration refuses: with the device and the
+     * limit, two comparisons rule out every refusal. */
+    if (granted - 1 >= pool->backend->caps.capacity || granted > pool->limit)
+        return alloc_refused_locked(pool, rq, stream);
+    if (pool->pending)
+        process_pending_locked(pool);
+    gm_heap *h = heap_of_locked(pool, stream);
+    if (!h)
+        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (heap)");
+    gm_arena *a = &h->arenas[rq->kind];
+    assert(GM_DEBUG < 2 || granted == a->ops->grant(pool, a, size));
+    gm_block *taken = cache_take_locked(pool, granted, stream);
+    if (!taken) {
+        gm_status st = arena_alloc_locked(pool, a, granted, &taken);
+        if (st != GM_OK && (st = alloc_missed_locked(pool, a, rq, stream, st, &taken)) != GM_OK)
+            return st;
     }
+    /* A copy that does not escape: the compiler keeps it in a register across the shard lock. */
+    gm_block *b = taken;
+    size_t block_size = b->size;
     flags_set(b, 0);
     b->handle = handle;
     b->tag = stream;
@@ -1127,11 +1244,9 @@ static gm_status alloc_request_locked(gm_pool *pool, const gm_request *rq, gm_st
     spin_lock(&sh->lock);
     bool filed = bmap_insert(&sh->map, b);
     spin_unlock(&sh->lock);
-    if (!filed) {
-        block_release_locked(pool, b);
-        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (map)");
-    }
-    note_live(pool, b, true);
+    if (!filed)
+        return alloc_unfiled_locked(pool, b);
+    note_live(pool, size, block_size, true);
     pool->alloc_count++;
     *out = b;
     return GM_OK;
@@ -1160,8 +1275,9 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
         return pool_unlock(pool, st);
     if (GM_DEBUG >= 3)
         debug_validate_locked(pool);
+    void *addr = (void *)b->addr; /* read before the unlock's atomic: no reload after it */
     gm_mutex_unlock(&pool->lock);
-    *out = (void *)b->addr;
+    *out = addr;
     return GM_OK;
 }
 
@@ -1191,33 +1307,46 @@ gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char
                             (void *)addr);
 }
 
+/* gm_free of NULL: the pool records the error like any other. */
+static GM_COLD gm_status free_null(gm_pool *pool)
+{
+    gm_mutex_lock(&pool->lock);
+    return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
+                                              "gm_free: NULL is not a block"));
+}
+
+/* gm_free of a pointer that is not a plain live block (b: its live block, or NULL). */
+static GM_COLD gm_status free_refused_locked(gm_pool *pool, gm_block *b, void *ptr,
+                                             gm_stream stream)
+{
+    if (!b)
+        return pool_diagnose_pointer_locked(pool, (uintptr_t)ptr, "gm_free");
+    if (b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) /* deferred until its exports are released */
+        return share_free_exported_locked(pool, b, stream);
+    return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
+                            "gm_free: %p is a movable block: free it with gm_free_handle", ptr);
+}
+
 gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
 {
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_free", "pool is NULL");
+    if (!ptr)
+        return free_null(pool);
     uintptr_t addr = (uintptr_t)ptr;
-    if (ptr && pool->tc_blocks && tcache_free(pool, addr, stream))
+    if (pool->tc_blocks && tcache_free(pool, addr, stream))
         return GM_OK;
     gm_mutex_lock(&pool->lock);
-    if (!ptr)
-        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
-                                                  "gm_free: NULL is not a block"));
     live_shard *sh = shard_of(pool, addr);
     spin_lock(&sh->lock);
-    size_t j = bmap_find(&sh->map, addr);
-    gm_block *b = j == SIZE_MAX ? NULL : sh->map.slots[j];
+    size_t j;
+    gm_block *b = bmap_find_block(&sh->map, addr, &j);
     bool plain = b && !(b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) && !b->handle;
     if (plain) /* out of the live map under the same lock: one lookup */
         bmap_erase(&sh->map, j);
     spin_unlock(&sh->lock);
-    if (!b)
-        return pool_unlock(pool, pool_diagnose_pointer_locked(pool, addr, "gm_free"));
-    if (b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) /* deferred until its exports are released */
-        return pool_unlock(pool, share_free_exported_locked(pool, b, stream));
     if (!plain)
-        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
-                                                  "gm_free: %p is a movable block: free it with "
-                                                  "gm_free_handle", ptr));
+        return pool_unlock(pool, free_refused_locked(pool, b, ptr, stream));
     block_unmapped_free_locked(pool, b, stream);
     if (GM_DEBUG >= 3)
         debug_validate_locked(pool);
