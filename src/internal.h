@@ -496,6 +496,21 @@ uint64_t tcache_next_pool_id(void);
 void block_retire_locked(gm_pool *pool, gm_block *b);
 /* Remember that `s` freed memory: it is synchronized before memory is unmapped or freed. */
 void note_stream_for_sync(gm_pool *pool, gm_stream s);
+/* This thread's most recently used thread cache (tcache.c), or NULL. */
+extern _Thread_local gm_tcache *tls_last;
+
+/* Under the pool lock: may another thread be touching the live map? Only a thread with a
+ * registered thread cache of this pool reaches the lock-free path (tcache.c), and registering
+ * takes the pool lock; so while no cache is registered, or only this thread's, nobody else
+ * can, and the locked gm_alloc and gm_free skip the shard's spin lock (an atomic exchange each,
+ * ~20 cycles). A second thread's registration waits for the pool lock, which orders it after
+ * every access made here without the shard lock. */
+static inline bool live_map_shared_locked(gm_pool *pool)
+{
+    unsigned n = atomic_load_explicit(&pool->tc_count, memory_order_relaxed);
+    return n > 1 || (n == 1 && pool->tcaches != tls_last);
+}
+
 /* The live-map shard of a block's address: inline, as the lock-free path calls it twice. */
 static inline live_shard *shard_of(gm_pool *pool, uintptr_t addr)
 {

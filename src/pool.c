@@ -1241,9 +1241,12 @@ static GM_INLINE gm_status alloc_request_locked(gm_pool *pool, const gm_request 
     b->tag = stream;
     b->requested = size;
     live_shard *sh = shard_of(pool, b->addr);
-    spin_lock(&sh->lock);
+    bool shared = live_map_shared_locked(pool);
+    if (shared)
+        spin_lock(&sh->lock);
     bool filed = bmap_insert(&sh->map, b);
-    spin_unlock(&sh->lock);
+    if (shared)
+        spin_unlock(&sh->lock);
     if (!filed)
         return alloc_unfiled_locked(pool, b);
     note_live(pool, size, block_size, true);
@@ -1338,13 +1341,16 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
         return GM_OK;
     gm_mutex_lock(&pool->lock);
     live_shard *sh = shard_of(pool, addr);
-    spin_lock(&sh->lock);
+    bool shared = live_map_shared_locked(pool);
+    if (shared)
+        spin_lock(&sh->lock);
     size_t j;
     gm_block *b = bmap_find_block(&sh->map, addr, &j);
     bool plain = b && !(b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) && !b->handle;
     if (plain) /* out of the live map under the same lock: one lookup */
         bmap_erase(&sh->map, j);
-    spin_unlock(&sh->lock);
+    if (shared)
+        spin_unlock(&sh->lock);
     if (!plain)
         return pool_unlock(pool, free_refused_locked(pool, b, ptr, stream));
     block_unmapped_free_locked(pool, b, stream);

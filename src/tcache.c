@@ -68,7 +68,8 @@ static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t thread_key;
 static _Atomic uint64_t next_pool_id = 1;
-static _Thread_local gm_tcache *tls_list, *tls_last;
+static _Thread_local gm_tcache *tls_list;
+_Thread_local gm_tcache *tls_last; /* internal.h: live_map_shared_locked reads it */
 
 uint64_t tcache_next_pool_id(void)
 {
