@@ -48,7 +48,7 @@ static const size_t CACHE_CAP_FLOOR = (size_t)32 << 20;
 static inline unsigned class_of(size_t size)
 {
     assert(GM_DEBUG < 2 || size >= BLOCK_ALIGN);
-    unsigned top = 63 ^ (unsigned)__builtin_clzll(size); /* floor_log2: GCC makes this a bsr */
+    unsigned top = floor_log2(size);
     return (unsigned)(size >> (top - CACHE_SL_LOG2)) +
            (top - BLOCK_ALIGN_LOG2 - 1) * CACHE_SL_COUNT;
 }

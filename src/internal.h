@@ -252,8 +252,8 @@ static inline size_t bmap_find(const block_map *m, uintptr_t addr)
 
 static inline gm_block *bmap_lookup(const block_map *m, uintptr_t addr)
 {
-    size_t j = bmap_find(m, addr);
-    return j == SIZE_MAX ? NULL : m->slots[j];
+    size_t j;
+    return bmap_find_block(m, addr, &j);
 }
 
 /* Remove slot j, shifting later entries of its probe run back (no tombstones): the entry at k

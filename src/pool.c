@@ -2,9 +2,10 @@
  * The pool: gpumem's front door (DESIGN.md §2; the flow in full: docs/cache.md).
  *
  * gm_alloc:  route and round (once, no lock) -> this thread's cache (tcache.c, no pool lock)
- *            -> the pool's cache (cache.c) -> the stream's heap -> arena -> strategy fit -> (miss) evict the
- *            arena's cached blocks, then the threads' -> grow the arena -> (device or cap full)
- *            the out-of-memory ladder -> GM_ERR_OUT_OF_MEMORY with the full message.
+ *            -> the pool's cache (cache.c) -> the stream's heap -> arena -> strategy fit ->
+ *            (miss) evict the arena's cached blocks, then the threads' -> grow the arena ->
+ *            (device or cap full) the out-of-memory ladder -> GM_ERR_OUT_OF_MEMORY with the full
+ *            message.
  * gm_free:   this thread's cache if only its stream used the block (no pool lock); else the
  *            sharded live map -> pending behind events while other streams may still use it ->
  *            the pool's cache, tagged with the freeing stream -> evicted to its strategy.
@@ -13,9 +14,11 @@
  * stream only after an event on its stream has completed (or with that stream made to wait).
  * Memory on a strategy's free lists belongs to the heap of one stream and goes only to it.
  *
- * One mutex (gm_mutex, internal.h) guards a pool; every function named *_locked runs under it. The fast path takes
- * only one live-map shard's spin lock (lock order: pool, then shard). Errors leave the pool as
- * it was, record their message, and reach the error callback after the lock is dropped.
+ * One mutex (gm_mutex, internal.h) guards a pool; every function named *_locked runs under it.
+ * The fast path takes only one live-map shard's spin lock (lock order: pool, then shard); the
+ * locked path takes one too while another thread may be on the fast path
+ * (live_map_shared_locked). Errors leave the pool as it was, record their message, and reach
+ * the error callback after the lock is dropped.
  *
  * Bounds: alloc and free are O(1) when served from reserved memory (caches, TLSF, hash map);
  * growth and release make device calls; VMM work is O(pages covered by the block).

@@ -87,13 +87,12 @@ static unsigned size_hash(size_t size)
 }
 static_assert(TC_HASHES == 64, "size_hash takes 6 bits");
 
-/* Flip the bits `bits` of the entry set of hash h, under a shard lock (one writer at a time).
- * A set holds only indices below count, so filing sets a clear bit and a take clears a set
- * one: a toggle does both, and moves an entry between two indices in one write. */
-static inline void hash_toggle(gm_tcache *tc, unsigned h, uint64_t bits)
+/* Flip the bits `bits` of an entry set (tc->by_hash[h]), under a shard lock (one writer at a
+ * time). A set holds only indices below count, so filing sets a clear bit and a take clears a
+ * set one: a toggle does both, and moves an entry between two indices in one write. */
+static inline void set_toggle(_Atomic uint64_t *set, uint64_t bits)
 {
-    atomic_store_explicit(&tc->by_hash[h],
-                          atomic_load_explicit(&tc->by_hash[h], memory_order_relaxed) ^ bits,
+    atomic_store_explicit(set, atomic_load_explicit(set, memory_order_relaxed) ^ bits,
                           memory_order_relaxed);
 }
 
@@ -389,10 +388,9 @@ static __attribute__((noinline)) bool take_entry(gm_pool *pool, gm_tcache *tc,
     b->requested = size;
     b->tag = stream;
     flags_set(b, 0);
-    atomic_store_explicit(set, atomic_load_explicit(set, memory_order_relaxed) ^ (1ull << i),
-                          memory_order_relaxed);
+    set_toggle(set, 1ull << i);
     if (i != last) { /* the last entry moves into the hole */
-        hash_toggle(tc, size_hash(tc->e[last].size), (1ull << last) | (1ull << i));
+        set_toggle(&tc->by_hash[size_hash(tc->e[last].size)], (1ull << last) | (1ull << i));
         *e = tc->e[last];
     }
     atomic_store_explicit(&tc->count, last, memory_order_relaxed);
@@ -463,7 +461,7 @@ static __attribute__((noinline)) bool file_entry(gm_pool *pool, gm_tcache *tc, u
     flags_set(b, BLOCK_THREAD);
     tc->e[count] = (tc_entry){b, addr, size, stream};
     atomic_store_explicit(&tc->count, count + 1, memory_order_relaxed);
-    hash_toggle(tc, size_hash(size), 1ull << count);
+    set_toggle(&tc->by_hash[size_hash(size)], 1ull << count);
     atomic_store_explicit(&tc->bytes, bytes, memory_order_relaxed);
     own_add(&tc->live_delta, -ssize(b->requested));
     own_add(&tc->alloc_delta, -ssize(size));
