@@ -317,11 +317,11 @@ typedef struct gm_config {
     gm_growth growth;          /* plain segments: how a new segment is sized (gm_growth) */
     double growth_fraction;    /* GEOMETRIC: a new shared segment for large requests is this
                                   fraction of the bytes reserved, and one for small requests
-                                  an eighth of it; in (0, 1]; 0 = 0.125 */
+                                  an eighth of it; in (0, 1]; 0 = 0.375 */
     size_t growth_min;         /* GEOMETRIC: smallest shared segment for large requests
                                   (small ones: small_segment_bytes); 0 = 64 MiB */
     size_t growth_max;         /* GEOMETRIC: largest shared segment for large requests (small
-                                  ones: a sixteenth of it); 0 = 512 MiB. A request of half the
+                                  ones: a sixteenth of it); 0 = 1 GiB. A request of half the
                                   shared size or more gets a segment of its own size */
 
     /* VMM. */

@@ -231,11 +231,11 @@ static gm_status resolve_config(const gm_backend *be, const gm_config *in, gm_co
     if (c->growth == GM_GROWTH_DEFAULT)
         c->growth = GM_GROWTH_GEOMETRIC;
     if (c->growth_fraction == 0.0)
-        c->growth_fraction = 0.125;
+        c->growth_fraction = 0.375;
     if (!c->growth_min)
         c->growth_min = 64 * MIB;
     if (!c->growth_max)
-        c->growth_max = 512 * MIB;
+        c->growth_max = 1024 * MIB;
     if (!c->vmm_reserve_bytes)
         c->vmm_reserve_bytes = be->caps.capacity;
     if (!c->cache_small_max)
@@ -414,10 +414,12 @@ static size_t clamp_size(size_t v, size_t lo, size_t hi)
 
 /* GEOMETRIC: the shared segment size for arena a now, a fraction of the bytes reserved, so that
  * a program ramping up makes O(log) device calls instead of one per large request. Measured on
- * the shared traces (docs/benchmarks.md): 2-9x less simulated device time than EXACT, with
- * reserved/live still below PyTorch default's on each. The small arena also doubles: a new small
- * segment is at least as large as the arena already is, so a program that starts with many
- * small blocks makes O(log) small-segment calls, not one per 2 MiB (resnet_train: 10 -> 5). */
+ * the shared traces (docs/benchmarks.md): 8-27x fewer device calls than EXACT, with
+ * reserved/live still below PyTorch default's on each; the defaults (3/8, at most 1 GiB) were
+ * chosen on size-scaled copies of the traces too (bench/growth_robust.py), as any setting's
+ * reserved/live moves by percents with a 1 % change of the sizes. The small arena also doubles:
+ * a new small segment is at least as large as the arena already is, so a program that starts
+ * with many small blocks makes O(log) small-segment calls, not one per 2 MiB. */
 static size_t geometric_segment_size(const gm_pool *pool, const gm_arena *a)
 {
     const gm_config *c = &pool->cfg;

@@ -423,9 +423,9 @@ static void test_geometric_growth(void)
     gm_config got;
     CHECK_OK(gm_pool_config(p, &got));
     CHECK_EQ_U(got.growth, GM_GROWTH_GEOMETRIC);
-    CHECK(got.growth_fraction == 0.125);
+    CHECK(got.growth_fraction == 0.375);
     CHECK_EQ_U(got.growth_min, 64 * MiB);
-    CHECK_EQ_U(got.growth_max, 512 * MiB);
+    CHECK_EQ_U(got.growth_max, 1024 * MiB);
     void *s1, *m1, *own, *big[4], *m2, *s2;
     /* an empty pool: the floors, 2 MiB for small requests and 64 MiB for large ones */
     CHECK_OK(gm_alloc(p, 1000, NULL, &s1));
@@ -448,17 +448,17 @@ static void test_geometric_growth(void)
     CHECK_OK(gm_pool_stats(p, &st));
     size_t before = st.reserved_bytes; /* 4 GiB + 100 MiB */
     CHECK_EQ_U(before, 4096 * MiB + 100 * MiB);
-    /* 4.1 GiB reserved: a new shared segment is 1/8 of it, capped at growth_max (512 MiB) */
+    /* 4.1 GiB reserved: a new shared segment is 3/8 of it, capped at growth_max (1 GiB) */
     CHECK_OK(gm_alloc(p, 62 * MiB, NULL, &m2));
     CHECK_OK(gm_pool_stats(p, &st));
-    CHECK_EQ_U(st.reserved_bytes, before + 512 * MiB);
-    /* small segments: 1/64 of the reserved bytes, capped at growth_max / 16 (32 MiB) */
+    CHECK_EQ_U(st.reserved_bytes, before + 1024 * MiB);
+    /* small segments: 3/64 of the reserved bytes, capped at growth_max / 16 (64 MiB) */
     void *small[2];
     for (int i = 0; i < 2; i++) /* the first 2 MiB small segment keeps 47 KiB free */
         CHECK_OK(gm_alloc(p, 1000 * KiB, NULL, &small[i]));
     CHECK_OK(gm_alloc(p, 100 * KiB, NULL, &s2));
     CHECK_OK(gm_pool_stats(p, &st));
-    CHECK_EQ_U(st.reserved_bytes, before + 512 * MiB + 32 * MiB);
+    CHECK_EQ_U(st.reserved_bytes, before + 1024 * MiB + 64 * MiB);
     CHECK_OK(gm_pool_check(p));
     CHECK_OK(gm_pool_destroy_force(p));
 
@@ -508,6 +508,7 @@ static void test_small_arena_doubles(void)
     gm_backend *be = sim_new(0, 0, 0);
     gm_config cfg = {0};
     cfg.cache_disable = 1;
+    cfg.growth_max = 512 * MiB; /* small segments capped at 32 MiB */
     gm_pool *p = pool_new(be, &cfg);
     void *b[64];
     /* 1000 KiB blocks, two per 2 MiB: segments of 2, 2, 4, 8, 16 MiB, reserving 2, 4, 8, 16,
@@ -529,6 +530,61 @@ static void test_small_arena_doubles(void)
     gm_backend_destroy(be);
 }
 
+/* Near the device's capacity geometric growth costs no out-of-memory that exact sizing would
+ * avoid: a geometric segment the device refuses, or that would pass the pool's limit, is
+ * retried at the request's own size. */
+static void test_geometric_growth_near_capacity(void)
+{
+    gm_backend *be = sim_new(1024 * MiB, 0, 0);
+    gm_config cfg = {0};
+    cfg.cache_disable = 1;
+    gm_pool *other = pool_new(be, &cfg); /* another tenant of the device */
+    gm_pool *p = pool_new(be, &cfg);
+    void *o, *big, *m1, *m2, *m3;
+    CHECK_OK(gm_alloc(other, 400 * MiB, NULL, &o));
+    CHECK_OK(gm_alloc(p, 500 * MiB, NULL, &big)); /* its own segment; 124 MiB left */
+    /* geometric: 3/8 of 500 MiB = 188 MiB, which the device refuses; then 60 MiB exactly */
+    CHECK_OK(gm_alloc(p, 60 * MiB, NULL, &m1));
+    gm_stats st = stats_of(p);
+    CHECK_EQ_U(st.reserved_bytes, 560 * MiB);
+    CHECK_EQ_U(st.segments, 2);
+    CHECK_EQ_U(st.device_calls[GM_CALL_MEM_ALLOC], 3);
+    /* 210 MiB refused, 24 MiB exactly: 40 MiB of the device left */
+    CHECK_OK(gm_alloc(p, 24 * MiB, NULL, &m2));
+    CHECK_EQ_U(stats_of(p).reserved_bytes, 584 * MiB);
+    /* more than the device has: a clear out-of-memory, and the pool is intact */
+    CHECK_STATUS(gm_alloc(p, 48 * MiB, NULL, &m3), GM_ERR_OUT_OF_MEMORY);
+    CHECK_STR_CONTAINS(gm_last_error(p), "out of memory");
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free(other, o, NULL));
+    CHECK_OK(gm_pool_destroy(other));
+    CHECK_OK(gm_alloc(p, 48 * MiB, NULL, &m3)); /* room again: 3/8 of 584 MiB, 220 MiB */
+    CHECK_EQ_U(stats_of(p).reserved_bytes, 804 * MiB);
+    CHECK_OK(gm_free(p, m3, NULL));
+    CHECK_OK(gm_free(p, m2, NULL));
+    CHECK_OK(gm_free(p, m1, NULL));
+    CHECK_OK(gm_free(p, big, NULL));
+    CHECK_OK(gm_pool_destroy(p));
+
+    /* under a reserve limit a geometric segment that would pass it is not even tried */
+    cfg.reserve_limit_bytes = 650 * MiB;
+    p = pool_new(be, &cfg);
+    CHECK_OK(gm_alloc(p, 500 * MiB, NULL, &big));
+    CHECK_OK(gm_alloc(p, 80 * MiB, NULL, &m1)); /* 500 + 188 MiB would pass 650: 80 exactly */
+    st = stats_of(p);
+    CHECK_EQ_U(st.reserved_bytes, 580 * MiB);
+    CHECK_EQ_U(st.device_calls[GM_CALL_MEM_ALLOC], 2);
+    CHECK_OK(gm_alloc(p, 70 * MiB, NULL, &m2)); /* exactly up to the limit */
+    CHECK_EQ_U(stats_of(p).reserved_bytes, 650 * MiB);
+    CHECK_STATUS(gm_alloc(p, 2 * MiB, NULL, &m3), GM_ERR_OUT_OF_MEMORY);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free(p, m2, NULL));
+    CHECK_OK(gm_free(p, m1, NULL));
+    CHECK_OK(gm_free(p, big, NULL));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
 /* BEFORE_GROW gives back free segments to keep the peak flat, but never one larger than the
  * growth that needs the room: that would pay a cudaFree of the larger segment (and a cudaMalloc
  * when it is needed again) to keep fewer bytes off the peak. */
@@ -541,11 +597,12 @@ static void test_release_no_larger_than_growth(void)
     void *big, *small, *a, *b, *c;
     CHECK_OK(gm_alloc(p, 200 * MiB, NULL, &big)); /* its own 200 MiB segment */
     CHECK_OK(gm_free(p, big, NULL));              /* wholly free; the peak is 200 MiB */
-    CHECK_OK(gm_alloc(p, 1000 * KiB, NULL, &small)); /* the small arena grows by 4 MiB (1/64) */
+    /* the small arena grows by 3/64 of 200 MiB, rounded up to 10 MiB */
+    CHECK_OK(gm_alloc(p, 1000 * KiB, NULL, &small));
     gm_stats st = stats_of(p);
     CHECK_EQ_U(st.device_calls[GM_CALL_MEM_FREE], 0); /* the 200 MiB segment stays */
-    CHECK_EQ_U(st.reserved_bytes, 204 * MiB);
-    CHECK_EQ_U(st.peak_reserved_bytes, 204 * MiB);
+    CHECK_EQ_U(st.reserved_bytes, 210 * MiB);
+    CHECK_EQ_U(st.peak_reserved_bytes, 210 * MiB);
     /* it serves the next large request without a device call */
     CHECK_OK(gm_alloc(p, 150 * MiB, NULL, &big));
     CHECK_EQ_U(stats_of(p).device_calls[GM_CALL_MEM_ALLOC], 2);
@@ -608,6 +665,7 @@ int main(void)
     test_vmm_pages();
     test_geometric_growth();
     test_small_arena_doubles();
+    test_geometric_growth_near_capacity();
     test_release_no_larger_than_growth();
     test_reset_peaks_and_names();
     (void)callback_calls;
