@@ -321,7 +321,7 @@ typedef struct gm_config {
     size_t growth_min;         /* GEOMETRIC: smallest shared segment for large requests
                                   (small ones: small_segment_bytes); 0 = 64 MiB */
     size_t growth_max;         /* GEOMETRIC: largest shared segment for large requests (small
-                                  ones: a sixteenth of it); 0 = 1 GiB. A request of half the
+                                  ones: a thirty-second of it); 0 = 1 GiB. A request of half the
                                   shared size or more gets a segment of its own size */
 
     /* VMM. */

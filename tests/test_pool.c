@@ -452,13 +452,13 @@ static void test_geometric_growth(void)
     CHECK_OK(gm_alloc(p, 62 * MiB, NULL, &m2));
     CHECK_OK(gm_pool_stats(p, &st));
     CHECK_EQ_U(st.reserved_bytes, before + 1024 * MiB);
-    /* small segments: 3/64 of the reserved bytes, capped at growth_max / 16 (64 MiB) */
+    /* small segments: 3/64 of the reserved bytes, capped at growth_max / 32 (32 MiB) */
     void *small[2];
     for (int i = 0; i < 2; i++) /* the first 2 MiB small segment keeps 47 KiB free */
         CHECK_OK(gm_alloc(p, 1000 * KiB, NULL, &small[i]));
     CHECK_OK(gm_alloc(p, 100 * KiB, NULL, &s2));
     CHECK_OK(gm_pool_stats(p, &st));
-    CHECK_EQ_U(st.reserved_bytes, before + 1024 * MiB + 64 * MiB);
+    CHECK_EQ_U(st.reserved_bytes, before + 1024 * MiB + 32 * MiB);
     CHECK_OK(gm_pool_check(p));
     CHECK_OK(gm_pool_destroy_force(p));
 
@@ -502,13 +502,12 @@ static void test_geometric_growth(void)
 }
 
 /* The small arena doubles: each new small segment is at least as large as the arena already is
- * (until the geometric share of the pool, capped at growth_max / 16, takes over). */
+ * (until the geometric share of the pool, capped at growth_max / 32, takes over). */
 static void test_small_arena_doubles(void)
 {
     gm_backend *be = sim_new(0, 0, 0);
     gm_config cfg = {0};
     cfg.cache_disable = 1;
-    cfg.growth_max = 512 * MiB; /* small segments capped at 32 MiB */
     gm_pool *p = pool_new(be, &cfg);
     void *b[64];
     /* 1000 KiB blocks, two per 2 MiB: segments of 2, 2, 4, 8, 16 MiB, reserving 2, 4, 8, 16,
@@ -521,7 +520,7 @@ static void test_small_arena_doubles(void)
         CHECK_EQ_U(st.reserved_bytes, want[k] * MiB);
         CHECK_EQ_U(st.segments, k + 1);
     }
-    /* then capped at growth_max / 16 = 32 MiB: 32 MiB + 32 MiB */
+    /* then capped at growth_max / 32 = 32 MiB: 32 MiB + 32 MiB */
     CHECK_OK(gm_alloc(p, 1000 * KiB, NULL, &b[n++]));
     CHECK_EQ_U(stats_of(p).reserved_bytes, 64 * MiB);
     CHECK_EQ_U(stats_of(p).device_calls[GM_CALL_MEM_ALLOC], 6);
