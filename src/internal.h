@@ -205,16 +205,28 @@ typedef struct block_map {
  * O(1) expected. */
 GM_COLD bool bmap_grow(block_map *m); /* pool.c: double the slots (or allocate the first) */
 
+/* A multiplicative (Fibonacci) hash of an address or size, a multiple of BLOCK_ALIGN: its high
+ * bits pick a slot, a shard or a set. */
+static inline uint64_t align_hash(uintptr_t v)
+{
+    return (uint64_t)(v >> BLOCK_ALIGN_LOG2) * 0x9E3779B97F4A7C15ull;
+}
+
 static inline size_t bmap_slot(const block_map *m, uintptr_t addr)
 {
-    uint64_t h = (uint64_t)(addr >> BLOCK_ALIGN_LOG2) * 0x9E3779B97F4A7C15ull;
-    return (size_t)(h >> 32) & (m->cap - 1);
+    return (size_t)(align_hash(addr) >> 32) & (m->cap - 1);
+}
+
+/* Whether one more entry would take the map's load above 1/2 (bmap_grow first). */
+static inline bool bmap_full(const block_map *m)
+{
+    return (m->count + 1) * 2 > m->cap;
 }
 
 /* File b; false if host memory is exhausted (the map unchanged). */
 static inline bool bmap_insert(block_map *m, gm_block *b)
 {
-    if ((m->count + 1) * 2 > m->cap && !bmap_grow(m))
+    if (bmap_full(m) && !bmap_grow(m))
         return false;
     size_t mask = m->cap - 1, j = bmap_slot(m, b->addr);
     while (m->slots[j])
@@ -514,8 +526,7 @@ static inline bool live_map_shared_locked(gm_pool *pool)
 /* The live-map shard of a block's address: inline, as the lock-free path calls it twice. */
 static inline live_shard *shard_of(gm_pool *pool, uintptr_t addr)
 {
-    uint64_t h = (uint64_t)(addr >> BLOCK_ALIGN_LOG2) * 0x9E3779B97F4A7C15ull;
-    return &pool->shards[h >> 58]; /* the top 6 bits: LIVE_SHARDS == 64 */
+    return &pool->shards[align_hash(addr) >> 58]; /* the top 6 bits: LIVE_SHARDS == 64 */
 }
 static_assert(LIVE_SHARDS == 64, "shard_of takes 6 bits");
 

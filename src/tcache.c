@@ -83,7 +83,7 @@ static int64_t ssize(size_t v)
 
 static unsigned size_hash(size_t size)
 {
-    return (unsigned)(((uint64_t)(size >> BLOCK_ALIGN_LOG2) * 0x9E3779B97F4A7C15ull) >> 58);
+    return (unsigned)(align_hash(size) >> 58);
 }
 static_assert(TC_HASHES == 64, "size_hash takes 6 bits");
 
@@ -340,7 +340,7 @@ static GM_COLD bool take_after_growing(gm_pool *pool, gm_tcache *tc, live_shard 
                                        const gm_request *rq, gm_stream stream, void **out)
 {
     spin_lock(&sh->lock);
-    bool room = (sh->map.count + 1) * 2 <= sh->map.cap || bmap_grow(&sh->map);
+    bool room = !bmap_full(&sh->map) || bmap_grow(&sh->map);
     spin_unlock(&sh->lock);
     return room && lookup_and_take(pool, tc, rq, stream, out);
 }
@@ -376,7 +376,7 @@ static __attribute__((noinline)) bool take_entry(gm_pool *pool, gm_tcache *tc,
         spin_unlock(&sh->lock);
         return false;
     }
-    if ((m->count + 1) * 2 > m->cap) {
+    if (bmap_full(m)) {
         spin_unlock(&sh->lock);
         return take_after_growing(pool, tc, sh, rq, stream, out);
     }
@@ -445,8 +445,8 @@ static __attribute__((noinline)) bool file_entry(gm_pool *pool, gm_tcache *tc, u
 {
     live_shard *sh = shard_of(pool, addr);
     spin_lock(&sh->lock);
-    size_t j = bmap_find(&sh->map, addr);
-    gm_block *b = j == SIZE_MAX ? NULL : sh->map.slots[j];
+    size_t j;
+    gm_block *b = bmap_find_block(&sh->map, addr, &j);
     size_t bytes;
     if (!b || b->extra_count || b->handle || (b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) ||
         b->tag != stream || b->size > TC_BLOCK_MAX ||

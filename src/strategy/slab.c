@@ -117,8 +117,7 @@ static size_t slab_objects(size_t size)
 
 static size_t map_home(const addr_map *m, uintptr_t key)
 {
-    uint64_t h = (uint64_t)(key >> BLOCK_ALIGN_LOG2) * 0x9E3779B97F4A7C15ull;
-    return (size_t)(h >> 32) & (m->cap - 1);
+    return (size_t)(align_hash(key) >> 32) & (m->cap - 1);
 }
 
 static size_t map_find(const addr_map *m, uintptr_t key)

@@ -58,9 +58,10 @@ static inline unsigned tlsf_class(size_t size)
            ((top - TLSF_FL_SHIFT) << TLSF_SL_LOG2);
 }
 
-/* File b at the head of list c (= tlsf_class(b->size)). */
-static inline void tlsf_insert(tlsf *t, gm_block *b, unsigned c)
+/* File b at the head of its size's list. */
+static inline void tlsf_insert(tlsf *t, gm_block *b)
 {
+    unsigned c = tlsf_class(b->size);
     gm_block *head = t->heads[c];
     b->free_prev = NULL;
     b->free_next = head;
@@ -193,7 +194,7 @@ static size_t tlsf_grant(const gm_pool *pool, const gm_arena *a, size_t size)
 static void tlsf_add_span(gm_pool *pool, gm_arena *a, gm_span *s)
 {
     (void)pool;
-    tlsf_insert(a->state, s->first, tlsf_class(s->first->size));
+    tlsf_insert(a->state, s->first);
 }
 
 static void tlsf_remove_span(gm_pool *pool, gm_arena *a, gm_span *s)
@@ -214,7 +215,7 @@ static GM_INLINE gm_block *tlsf_carve(gm_pool *pool, tlsf *t, gm_block *b, size_
     if (!rest)
         return NULL;
     tlsf_unlink(t, b);
-    tlsf_insert(t, rest, tlsf_class(rest->size));
+    tlsf_insert(t, rest);
     return b;
 }
 
@@ -261,7 +262,7 @@ static void tlsf_give(gm_pool *pool, gm_arena *a, gm_block *b)
         block_merge_next_locked(pool, prev);
         b = prev;
     }
-    tlsf_insert(t, b, tlsf_class(b->size));
+    tlsf_insert(t, b);
 }
 
 static gm_status tlsf_check_arena(gm_pool *pool, const gm_arena *a, size_t *free_blocks,
