@@ -165,8 +165,7 @@ enum {
     CACHE_CLASSES = (64 - BLOCK_ALIGN_LOG2) * CACHE_SL_COUNT,
     CACHE_MAP_WORDS = (CACHE_CLASSES + 63) / 64,
 };
-#define CACHE_NO_CLASS UINT16_MAX
-static_assert(CACHE_CLASSES < CACHE_NO_CLASS, "class indices fit uint16_t");
+static_assert(CACHE_CLASSES <= UINT16_MAX, "class indices fit gm_block.cache_class");
 
 typedef struct cache_bucket {
     gm_block *heads[CACHE_CLASSES], *tails[CACHE_CLASSES]; /* newest first */
