@@ -16,6 +16,9 @@
 #   device machine does not see ../shared). REPS defaults to 5.
 #   GPUMEM_ALT="--set KEY=VALUE ...": each round also replays gpumem with these settings
 #   (labelled alt): an A/B of a setting in the same run.
+#   GPU_REPLAY_TRACES="NAME ...": only these shared traces (default: all three).
+#   GPU_REPLAY_CPU=N: run every replay, PyTorch's and gpumem's, pinned to CPU N (taskset), so
+#   that both draw the same core.
 set -u
 BUILD=${1:?usage: bench/gpu_replay.sh BUILD_DIR TOOLS_DIR [REPS]}
 TOOLS=${2:?usage: bench/gpu_replay.sh BUILD_DIR TOOLS_DIR [REPS]}
@@ -24,10 +27,15 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/gm_torch_ext} PYTHONUNBUFFERED=1
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+PIN=()
+if [ -n "${GPU_REPLAY_CPU:-}" ]; then
+    PIN=(taskset -c "$GPU_REPLAY_CPU")
+    echo "pinned to CPU $GPU_REPLAY_CPU"
+fi
 FIGS=$(mktemp)
 trap 'rm -f "$FIGS"' EXIT
 torch_once() { # REP TRACE
-    timeout 200 python3 "$TOOLS/torch_replay.py" replay "$2" | python3 -c 'import json, sys
+    timeout 200 "${PIN[@]}" python3 "$TOOLS/torch_replay.py" replay "$2" | python3 -c 'import json, sys
 d = json.load(sys.stdin)
 print("torch[default] #%s %s reserved/live %.4f ns/op %.1f" % (sys.argv[1],
       d["trace"].split("/")[-1], d["max_reserved"] / d["trace_peak_live"], d["ns_per_op"]))' \
@@ -36,7 +44,7 @@ print("torch[default] #%s %s reserved/live %.4f ns/op %.1f" % (sys.argv[1],
 gpumem_once() { # LABEL REP TRACE [ARGS...]
     label=$1 rep=$2 t=$3
     shift 3
-    "$BUILD/tools/gpumem/gpumem" replay --backend cuda --no-progress --json "$@" "$t" |
+    "${PIN[@]}" "$BUILD/tools/gpumem/gpumem" replay --backend cuda --no-progress --json "$@" "$t" |
         python3 -c 'import json, sys
 d = json.load(sys.stdin)
 calls = " ".join("%s=%d" % kv for kv in d["device_calls"].items() if kv[1])
@@ -60,7 +68,14 @@ for label in ("gpumem[default]", "gpumem[alt]"):
                  min(gm) / min(torch), max(gm) / min(torch)))' "$FIGS" "$(basename "$1")"
     : > "$FIGS"
 }
-for t in "$ROOT"/traces/*.csv.gz; do
+TRACES=("$ROOT"/traces/*.csv.gz)
+if [ -n "${GPU_REPLAY_TRACES:-}" ]; then # e.g. "gpt2_train": only these
+    TRACES=()
+    for name in $GPU_REPLAY_TRACES; do
+        TRACES+=("$ROOT/traces/$name.csv.gz")
+    done
+fi
+for t in "${TRACES[@]}"; do
     for rep in $(seq "$REPS"); do
         torch_once "$rep" "$t"
         gpumem_once default "$rep" "$t"
@@ -71,5 +86,5 @@ for t in "$ROOT"/traces/*.csv.gz; do
     done
     ratios "$t"
     echo "gm_alloc/gm_free alone (bench_replay, sim, no device costs):"
-    "$BUILD/bench/bench_replay" --repeat 5 "$t" | tail -1
+    "${PIN[@]}" "$BUILD/bench/bench_replay" --repeat 5 "$t" | tail -1
 done
