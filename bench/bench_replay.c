@@ -68,12 +68,13 @@ static inline void run_op(gm_pool *pool, const trace_op *op, void **ptrs, size_t
     }
 }
 
-/* The --split pass: every op timed on its own; ticks are turned into ns by the pass's clock. */
-static void split_ops(const trace *t, gm_pool *pool, void **ptrs, size_t *failed, split *sp)
+/* The --split pass: every op timed on its own; ticks are turned into ns by the pass's clock.
+ * -1 when the per-op times have no room (no figures rather than zeros). */
+static int split_ops(const trace *t, gm_pool *pool, void **ptrs, size_t *failed, split *sp)
 {
-    uint64_t *d = malloc(t->n_ops * sizeof *d);
+    uint64_t *d = malloc((t->n_ops ? t->n_ops : 1) * sizeof *d);
     if (!d)
-        return;
+        return -1;
     double c0 = now_ns();
     uint64_t k0 = ticks(), prev = k0;
     for (size_t i = 0; i < t->n_ops; i++) {
@@ -86,6 +87,7 @@ static void split_ops(const trace *t, gm_pool *pool, void **ptrs, size_t *failed
     for (size_t i = 0; i < t->n_ops; i++)
         split_add(sp, (double)d[i] * ns_per_tick);
     free(d);
+    return 0;
 }
 
 static int replay_once(const trace *t, const cli_settings *s, result *out, split *sp)
@@ -106,8 +108,12 @@ static int replay_once(const trace *t, const cli_settings *s, result *out, split
         return -1;
     }
     size_t failed = 0;
+    int rc = 0;
     if (sp) {
-        split_ops(t, pool, ptrs, &failed, sp);
+        rc = split_ops(t, pool, ptrs, &failed, sp);
+        if (rc != 0)
+            fprintf(stderr, "bench_replay: --split: no host memory for %zu op times\n",
+                    t->n_ops);
     } else {
         double t0 = now_ns();
         for (size_t i = 0; i < t->n_ops; i++)
@@ -120,7 +126,7 @@ static int replay_once(const trace *t, const cli_settings *s, result *out, split
     free(ptrs);
     if (failed)
         fprintf(stderr, "bench_replay: %s: %zu allocations failed\n", t->path, failed);
-    return 0;
+    return rc;
 }
 
 static int cmp_result(const void *a, const void *b)
