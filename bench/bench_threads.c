@@ -4,7 +4,10 @@
  * thread start-up included; an op is one alloc or one free). Also the median latency of one
  * cached pair on one thread.
  *
- *   bench_threads [--backend sim|cuda] [--threads 1,2,4,16] [--pairs N]
+ *   bench_threads [--backend sim|cuda] [--threads 1,2,4,16] [--pairs N] [--eager 0|1]
+ *
+ * --eager 1 starts the thread caches on the first call (gm_config.thread_cache_eager) instead
+ * of when the pool lock is first contended or pairs recur: an A/B of how soon they wake.
  *
  * On cuda every thread uses the default stream (the public API creates no CUDA streams); the
  * fast path makes no device call either way.
@@ -49,6 +52,7 @@ int main(int argc, char **argv)
 {
     const char *backend = "sim", *list = "1,2,4,16";
     long pairs = 1000000;
+    gm_config cfg = {0};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--backend"))
             backend = argv[i + 1];
@@ -56,6 +60,8 @@ int main(int argc, char **argv)
             list = argv[i + 1];
         else if (!strcmp(argv[i], "--pairs"))
             pairs = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--eager"))
+            cfg.thread_cache_eager = atoi(argv[i + 1]);
     }
     gm_backend *dev = NULL;
     bool cuda = !strcmp(backend, "cuda");
@@ -65,7 +71,7 @@ int main(int argc, char **argv)
         return 1;
     }
     gm_pool *pool;
-    if (gm_pool_create(dev, NULL, &pool) != GM_OK) {
+    if (gm_pool_create(dev, &cfg, &pool) != GM_OK) {
         fprintf(stderr, "bench_threads: %s\n", gm_last_error(NULL));
         return 1;
     }

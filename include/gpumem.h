@@ -344,6 +344,11 @@ typedef struct gm_config {
     unsigned thread_cache_blocks;    /* blocks each thread keeps for the lock-free fast path
                                         (at most 64, of up to 16 MiB each, 64 MiB in all);
                                         0 = 64; GM_THREAD_CACHE_OFF turns it off */
+    int thread_cache_eager;          /* nonzero: thread caches from the first call; zero: they
+                                        stay dormant until the pool lock is contended or
+                                        allocations keep getting the block just freed (on one
+                                        thread with neither, they cost more than they save:
+                                        docs/cache.md) */
 
     /* Streams. */
     int stream_wait; /* nonzero: a cached block freed on stream S may go to stream T at once,

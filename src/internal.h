@@ -341,12 +341,19 @@ typedef struct gm_mutex {
 void gm_mutex_wait(gm_mutex *m); /* the contended paths (lock.c) */
 void gm_mutex_wake(gm_mutex *m);
 
-static inline void gm_mutex_lock(gm_mutex *m)
+/* Take the lock; true if another thread held it and this one had to wait. */
+static inline bool gm_mutex_lock_waited(gm_mutex *m)
 {
     uint32_t free_state = 0;
-    if (!atomic_compare_exchange_strong_explicit(&m->state, &free_state, 1, memory_order_acquire,
-                                                 memory_order_relaxed))
-        gm_mutex_wait(m);
+    if (atomic_compare_exchange_strong_explicit(&m->state, &free_state, 1, memory_order_acquire,
+                                                memory_order_relaxed))
+        return false;
+    gm_mutex_wait(m);
+    return true;
+}
+static inline void gm_mutex_lock(gm_mutex *m)
+{
+    (void)gm_mutex_lock_waited(m);
 }
 static inline void gm_mutex_unlock(gm_mutex *m)
 {
@@ -386,6 +393,13 @@ struct gm_pool {
     gm_tcache *tcaches;
     _Atomic unsigned tc_count;
     unsigned tc_blocks;     /* blocks per thread cache; 0 = off */
+    /* The fast path runs while tc_live is nonzero (= tc_blocks once the caches are engaged).
+     * While they are dormant (tc_watch, pool lock), the locked path watches for what engages
+     * them: a contended pool lock, or allocations that get the block freed just before. */
+    _Atomic unsigned tc_live;
+    bool tc_watch;
+    uint32_t tc_watched, tc_reuses;
+    uintptr_t tc_last_freed;
     gm_arena grant_arenas[ARENA_COUNT]; /* state-only arenas for lock-free grant() calls */
     bool tlsf_only; /* strategy_tlsf_only: gm_alloc routes and grants inline, no calls */
     uint64_t thread_hits_folded; /* fast-path hits of caches that were detached */
@@ -496,6 +510,8 @@ void pool_update_peaks_locked(gm_pool *pool);
 bool tcache_alloc(gm_pool *pool, const gm_request *rq, gm_stream stream, void **out);
 bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream);
 void tcache_register(gm_pool *pool);
+/* Wake the dormant thread caches (pool lock held): the fast path runs from the next call. */
+void tcache_engage_locked(gm_pool *pool);
 void tcache_stop_world_locked(gm_pool *pool);  /* lock every tcache and shard */
 void tcache_start_world_locked(gm_pool *pool);
 void tcache_flush_all_locked(gm_pool *pool);   /* world stopped: retire every thread's blocks */

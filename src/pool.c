@@ -927,6 +927,8 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     pool->tc_blocks = tcb == GM_THREAD_CACHE_OFF || pool->cfg.cache_disable ? 0
                       : tcb < 64                                            ? tcb
                                                                             : 64;
+    pool->tc_watch = pool->tc_blocks && !pool->cfg.thread_cache_eager;
+    atomic_init(&pool->tc_live, pool->tc_watch ? 0 : pool->tc_blocks);
     for (int i = 0; i < LIVE_SHARDS; i++)
         atomic_flag_clear(&pool->shards[i].lock);
     atomic_init(&pool->lock.state, 0);
@@ -1270,15 +1272,48 @@ gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32
     return alloc_request_locked(pool, &rq, stream, handle, out);
 }
 
+/* ---------------------------------------------------------------- waking the thread caches */
+
+/* Thread caches start dormant (gm_config.thread_cache_eager off): on one thread whose
+ * allocations seldom get back a block it just freed, a thread cache's misses cost more than its
+ * hits save (docs/cache.md: allocator instructions per op on the shared traces 255 / 324 / 272
+ * with them, 225 / 284 / 256 without, the same memory). The locked path wakes them on what they
+ * are for: another thread waiting for the pool lock, or a run of allocations that get the block
+ * freed just before (alloc/free pairs), at least TC_WAKE_REUSES of TC_WAKE_WINDOW in a row. */
+enum { TC_WAKE_WINDOW = 256, TC_WAKE_REUSES = 128 };
+
+/* The pool lock on the allocation paths: a wait for it wakes the thread caches. */
+static GM_INLINE void pool_lock_hot(gm_pool *pool)
+{
+    if (gm_mutex_lock_waited(&pool->lock) && pool->tc_watch)
+        tcache_engage_locked(pool);
+}
+
+static GM_COLD void watch_window_end_locked(gm_pool *pool)
+{
+    if (pool->tc_reuses >= TC_WAKE_REUSES)
+        tcache_engage_locked(pool);
+    pool->tc_watched = pool->tc_reuses = 0;
+}
+
+/* A locked allocation at addr while the thread caches sleep. */
+static GM_INLINE void watch_alloc_locked(gm_pool *pool, uintptr_t addr)
+{
+    pool->tc_reuses += addr == pool->tc_last_freed;
+    if (++pool->tc_watched == TC_WAKE_WINDOW)
+        watch_window_end_locked(pool);
+}
+
 gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
 {
     if (!pool || !out)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_alloc", "pool or out is NULL");
     gm_request rq;
     pool_request(pool, size, &rq);
-    if (pool->tc_blocks && size && tcache_alloc(pool, &rq, stream, out))
+    if (atomic_load_explicit(&pool->tc_live, memory_order_relaxed) && size &&
+        tcache_alloc(pool, &rq, stream, out))
         return GM_OK;
-    gm_mutex_lock(&pool->lock);
+    pool_lock_hot(pool);
     gm_block *b = NULL;
     gm_status st = alloc_request_locked(pool, &rq, stream, 0, &b);
     if (st != GM_OK)
@@ -1286,6 +1321,8 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
     if (GM_DEBUG >= 3)
         debug_validate_locked(pool);
     void *addr = (void *)b->addr; /* read before the unlock's atomic: no reload after it */
+    if (pool->tc_watch)
+        watch_alloc_locked(pool, b->addr);
     gm_mutex_unlock(&pool->lock);
     *out = addr;
     return GM_OK;
@@ -1344,9 +1381,10 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
     if (!ptr)
         return free_null(pool);
     uintptr_t addr = (uintptr_t)ptr;
-    if (pool->tc_blocks && tcache_free(pool, addr, stream))
+    if (atomic_load_explicit(&pool->tc_live, memory_order_relaxed) &&
+        tcache_free(pool, addr, stream))
         return GM_OK;
-    gm_mutex_lock(&pool->lock);
+    pool_lock_hot(pool);
     live_shard *sh = shard_of(pool, addr);
     bool shared = live_map_shared_locked(pool);
     if (shared)
@@ -1363,6 +1401,7 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
     block_unmapped_free_locked(pool, b, stream);
     if (GM_DEBUG >= 3)
         debug_validate_locked(pool);
+    pool->tc_last_freed = addr; /* for watch_alloc_locked; harmless once the caches are awake */
     gm_mutex_unlock(&pool->lock);
     return GM_OK;
 }

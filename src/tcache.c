@@ -315,6 +315,14 @@ bool tcache_reclaim_locked(gm_pool *pool)
     return true;
 }
 
+/* ---------------------------------------------------------------- engaging */
+
+void tcache_engage_locked(gm_pool *pool)
+{
+    pool->tc_watch = false;
+    atomic_store_explicit(&pool->tc_live, pool->tc_blocks, memory_order_relaxed);
+}
+
 /* ---------------------------------------------------------------- the fast path */
 
 /* A lone thread keeps the peaks exact without the lock; live_delta and alloc_delta are its

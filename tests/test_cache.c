@@ -191,7 +191,9 @@ static void test_thread_cache(void)
 {
     gm_backend *be = sim_new(0, 0, 1);
     gm_pool *p = NULL;
-    REQUIRE_OK(gm_pool_create(be, NULL, &p));
+    gm_config cfg = {0};
+    cfg.thread_cache_eager = 1; /* the fast path from the first call */
+    REQUIRE_OK(gm_pool_create(be, &cfg, &p));
     void *a, *b;
     CHECK_OK(gm_alloc(p, 100 * KiB, NULL, &a));
     CHECK_OK(gm_free(p, a, NULL)); /* into this thread's cache */
@@ -217,6 +219,42 @@ static void test_thread_cache(void)
     st = stats_of(p);
     CHECK_EQ_U(st.cached_blocks, 0);
     CHECK_EQ_U(st.reserved_bytes, 0);
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
+/* Thread caches sleep until allocations keep getting the block just freed (or the pool lock is
+ * contended: test_threads.c). */
+static void test_thread_cache_wakes(void)
+{
+    gm_backend *be = sim_new(0, 0, 1);
+    gm_pool *p = NULL;
+    REQUIRE_OK(gm_pool_create(be, NULL, &p));
+    enum { N = 300 };
+    void *v[N];
+    for (int round = 0; round < 2; round++) { /* 600 allocations, 2 of them reuses */
+        for (int i = 0; i < N; i++)
+            CHECK_OK(gm_alloc(p, 100 * KiB, NULL, &v[i]));
+        for (int i = 0; i < N; i++)
+            CHECK_OK(gm_free(p, v[i], NULL));
+    }
+    gm_stats st = stats_of(p);
+    CHECK_EQ_U(st.thread_cache_hits, 0); /* still asleep: two windows with too few reuses */
+    CHECK_EQ_U(st.alloc_count, 2 * N);
+    /* Pairs: every allocation gets the block freed just before. The window that began at
+     * allocation 512 ends at 768 with 168 reuses (>= 128 of 256): the caches wake, this thread
+     * registers one at its next allocation, files its next free there and hits from then on. */
+    enum { PAIRS = 512 };
+    for (int i = 0; i < PAIRS; i++) {
+        void *a;
+        CHECK_OK(gm_alloc(p, 64 * KiB, NULL, &a));
+        CHECK_OK(gm_free(p, a, NULL));
+    }
+    st = stats_of(p);
+    CHECK_EQ_U(st.thread_cache_hits, PAIRS - (768 - 2 * N) - 1);
+    CHECK_EQ_U(st.alloc_count, 2 * N + PAIRS);
+    CHECK_EQ_U(st.live_bytes, 0);
+    CHECK_OK(gm_pool_check(p));
     CHECK_OK(gm_pool_destroy(p));
     gm_backend_destroy(be);
 }
@@ -344,6 +382,7 @@ int main(void)
     test_cross_stream(0);
     test_cross_stream(1);
     test_thread_cache();
+    test_thread_cache_wakes();
     test_oom_ladder();
     test_config_names();
     return check_summary();

@@ -1,12 +1,14 @@
 /*
  * Several threads allocate and free on one pool at once, each on its own stream, through the
  * lock-free thread caches and the locked path, while another thread reads stats, validates and
- * trims (which stops the world and empties every thread cache). Run under ThreadSanitizer in CI
- * (.ci/run).
+ * trims (which stops the world and empties every thread cache). Then: a contended pool lock
+ * wakes dormant thread caches. Run under ThreadSanitizer in CI (.ci/run).
  */
 #include "check.h"
+#include "internal.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 enum { THREADS = 8, OPS = 20000, HELD = 32 };
@@ -55,12 +57,82 @@ static void *checker(void *arg)
     return (void *)(uintptr_t)bad;
 }
 
-int main(void)
+/* A device whose next segment allocation (under the pool lock) waits until another thread
+ * waits for that lock: a contended lock, made certain. */
+static const gm_backend_ops *sim_ops;
+static gm_pool *slow_pool;
+static _Atomic int slow_hold, slow_inside;
+static void *grown;
+
+static gm_status slow_mem_alloc(gm_backend *b, size_t size, uintptr_t *out)
+{
+    if (atomic_exchange(&slow_hold, 0)) {
+        atomic_store(&slow_inside, 1);
+        while (atomic_load(&slow_pool->lock.state) != 2) /* 2: held, and waited for */
+            sched_yield();
+    }
+    return sim_ops->mem_alloc(b, size, out);
+}
+
+static void *grow(void *arg)
+{
+    (void)arg;
+    if (gm_alloc(slow_pool, 8u << 20, NULL, &grown) != GM_OK)
+        grown = NULL;
+    return NULL;
+}
+
+static void test_contention_wakes_thread_caches(void)
 {
     gm_backend *be = NULL;
     REQUIRE_OK(gm_sim_backend_create(NULL, &be));
+    sim_ops = be->ops;
+    gm_backend_ops slow_ops = *sim_ops;
+    slow_ops.mem_alloc = slow_mem_alloc;
+    be->ops = &slow_ops;
+    REQUIRE_OK(gm_pool_create(be, NULL, &slow_pool)); /* thread caches dormant */
+    void *a, *b;
+    CHECK_OK(gm_alloc(slow_pool, 64u << 10, NULL, &a)); /* no contention, no reuse: asleep */
+    CHECK_OK(gm_free(slow_pool, a, NULL));
+    CHECK_OK(gm_alloc(slow_pool, 64u << 10, NULL, &b));
+    CHECK_OK(gm_free(slow_pool, b, NULL));
+    gm_stats st;
+    CHECK_OK(gm_pool_stats(slow_pool, &st));
+    CHECK_EQ_U(st.thread_cache_hits, 0);
+
+    atomic_store(&slow_hold, 1);
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, grow, NULL) == 0);
+    while (!atomic_load(&slow_inside))
+        sched_yield();
+    CHECK_OK(gm_alloc(slow_pool, 64u << 10, NULL, &a)); /* waits for the lock: wakes them */
+    pthread_join(t, NULL);
+    CHECK(grown != NULL);
+    CHECK_OK(gm_free(slow_pool, a, NULL));
+    CHECK_OK(gm_alloc(slow_pool, 64u << 10, NULL, &b)); /* registers this thread's cache */
+    CHECK_OK(gm_free(slow_pool, b, NULL));              /* filed there */
+    void *c;
+    CHECK_OK(gm_alloc(slow_pool, 64u << 10, NULL, &c)); /* and taken back without the lock */
+    CHECK(c == b);
+    CHECK_OK(gm_pool_stats(slow_pool, &st));
+    CHECK_EQ_U(st.thread_cache_hits, 1);
+    CHECK_OK(gm_free(slow_pool, c, NULL));
+    CHECK_OK(gm_free(slow_pool, grown, NULL));
+    CHECK_OK(gm_pool_check(slow_pool));
+    CHECK_OK(gm_pool_destroy(slow_pool));
+    be->ops = sim_ops;
+    gm_backend_destroy(be);
+}
+
+int main(void)
+{
+    test_contention_wakes_thread_caches();
+    gm_backend *be = NULL;
+    REQUIRE_OK(gm_sim_backend_create(NULL, &be));
     gm_pool *pool = NULL;
-    REQUIRE_OK(gm_pool_create(be, NULL, &pool));
+    gm_config cfg = {0};
+    cfg.thread_cache_eager = 1; /* the fast path under concurrency from the start */
+    REQUIRE_OK(gm_pool_create(be, &cfg, &pool));
     worker w[THREADS];
     pthread_t t[THREADS], c;
     for (int i = 0; i < THREADS; i++) {

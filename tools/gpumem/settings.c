@@ -106,6 +106,8 @@ static const setting settings[] = {
      "cached bytes stay below this x the bytes of live blocks (floor 32 MiB)"},
     {"thread_cache_blocks", SET_UNSIGNED, POOL(thread_cache_blocks), "64",
      "blocks each thread keeps for the lock-free fast path (4294967295 = off)"},
+    {"thread_cache_eager", SET_BOOL, POOL(thread_cache_eager), "false",
+     "thread caches from the first call (else dormant until the lock is contended or pairs recur)"},
     {"stream_wait", SET_BOOL, POOL(stream_wait), "false",
      "hand cached blocks to another stream at once, making it wait for the event"},
     {"fixed_block", SET_SIZE, POOL(fixed_block_bytes), "1MiB",
