@@ -1,8 +1,10 @@
 # gpumem — the two commands a newcomer needs:
 #   make run    build, then replay the bundled real traces on the simulated GPU and print the report
 #   make test   build, then run every test (ctest)
-# Both install what they need (cmake, a C compiler, zlib, chromium for the HTML test) with
-# apt-get when it is missing. Other targets: make build, make sanitize, make bench, make clean.
+# Both install what they need with apt-get when it is missing: `make run` only a C compiler,
+# cmake and zlib; `make test` also python3 with pip and setuptools (the HTML report's browser
+# test installs chromium itself, or skips). Other targets: make build, make sanitize, make bench,
+# make clean.
 
 BUILD     ?= build
 BUILDTYPE ?= RelWithDebInfo
@@ -26,6 +28,7 @@ run: build
 	./tools/make_run.sh $(BUILD)
 
 test: build
+	@./tools/install_deps.sh test
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The test suite under AddressSanitizer + UndefinedBehaviorSanitizer, and ThreadSanitizer.

@@ -1,6 +1,6 @@
 /*
  * bench_replay: the host cost of gm_alloc/gm_free on a real trace, measured the way
- * ../shared/tools/torch_replay.py measures PyTorch's allocator: the trace is parsed first, then
+ * tools/torch_replay.py measures PyTorch's allocator: the trace is parsed first, then
  * one clock read before and one after a tight loop of allocate/free calls (device calls for
  * growth included). Each repeat starts from a fresh pool. Also prints where the requests were
  * served (thread caches, the pool's cache, the strategy), which explains the time.

@@ -3,13 +3,13 @@
 # compared with (docs/benchmarks.md): cached pairs and thread scaling beside PyTorch's
 # (torch_replay.py pairs), cub's and cudaMallocAsync's (anchor_micro.cu), and trace replays
 # beside PyTorch's three allocator settings (torch_replay.py replay).
-# usage: bench/gpu_anchors.sh BUILD_DIR TOOLS_DIR
-#   TOOLS_DIR holds torch_replay.py and anchor_micro.cu (../shared/tools; copy it into the
-#   working tree, as the device machine does not see ../shared).
+# usage: bench/gpu_anchors.sh BUILD_DIR [TOOLS_DIR]
+#   TOOLS_DIR holds torch_replay.py (default: the repository's tools/); anchor_micro.cu is
+#   bench/anchor_micro.cu (docs/anchors.md has the figures it measured).
 set -u
-BUILD=${1:?usage: bench/gpu_anchors.sh BUILD_DIR TOOLS_DIR}
-TOOLS=${2:?usage: bench/gpu_anchors.sh BUILD_DIR TOOLS_DIR}
+BUILD=${1:?usage: bench/gpu_anchors.sh BUILD_DIR [TOOLS_DIR]}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TOOLS=${2:-$ROOT/tools}
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/gm_torch_ext} PYTHONUNBUFFERED=1
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -18,7 +18,7 @@ echo "== gpumem: cached pairs, threads (cuda)"
 echo "== PyTorch: pairs, threads"
 timeout 300 python3 "$TOOLS/torch_replay.py" pairs
 echo "== cub, cudaMallocAsync (anchor_micro)"
-nvcc -O2 -std=c++17 -arch=sm_90 "$TOOLS/anchor_micro.cu" -o /tmp/gm_anchor_micro -lcuda &&
+nvcc -O2 -std=c++17 -arch=sm_90 "$ROOT/bench/anchor_micro.cu" -o /tmp/gm_anchor_micro -lcuda &&
     timeout 240 /tmp/gm_anchor_micro | grep -E "pair|^device|^driver"
 echo "== trace replays (ns/op, reserved/live)"
 for t in "$ROOT"/traces/*.csv.gz; do

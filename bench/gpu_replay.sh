@@ -12,8 +12,7 @@
 # ~40 % from one to the next, for PyTorch and gpumem alike (docs/benchmarks.md), hence the
 # repetitions.
 # usage: bench/gpu_replay.sh BUILD_DIR TOOLS_DIR [REPS]
-#   TOOLS_DIR holds torch_replay.py (../shared/tools; copy it into the working tree, as the
-#   device machine does not see ../shared). REPS defaults to 5.
+#   TOOLS_DIR holds torch_replay.py (the repository's tools/). REPS defaults to 5.
 #   GPUMEM_ALT="--set KEY=VALUE ...": each round also replays gpumem with these settings
 #   (labelled alt): an A/B of a setting in the same run.
 #   GPU_REPLAY_TRACES="NAME ...": only these shared traces (default: all three).

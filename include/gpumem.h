@@ -376,7 +376,7 @@ typedef struct gm_config {
                                  estimated device time of its copies and stream waits;
                                  0 = GM_DEFRAG_DEFAULT_STEP_NS; UINT64_MAX = no time budget */
     double defrag_copy_bandwidth; /* bytes per second that estimate assumes; 0 = the H200 cost
-                                     model of ../shared/ANCHORS.md (5.3 us launch, 0.2-2.5 TB/s
+                                     model of docs/anchors.md (5.3 us launch, 0.2-2.5 TB/s
                                      by size); set it to the bandwidth measured on your device */
 } gm_config;
 

@@ -1,18 +1,42 @@
 #!/bin/sh
-# Install what building and testing gpumem needs, if it is missing (Debian/Ubuntu, as root or
-# with sudo). Idempotent and quiet when everything is there.
+# Install what gpumem needs, if it is missing (Debian/Ubuntu, as root or with sudo). Idempotent
+# and quiet when everything is there.
+# usage: tools/install_deps.sh [build|test|browser]
+#   build (default): a C compiler, cmake, make and zlib -- all `make run` needs
+#   test:            also python3 with pip and setuptools (the CLI and Python package tests)
+#   browser:         chromium only (the HTML report's browser test installs it this way itself,
+#                    or skips when it cannot)
 set -e
+what=${1:-build}
 need=""
-command -v cmake >/dev/null 2>&1 || need="$need cmake"
-command -v cc >/dev/null 2>&1 || need="$need gcc"
-command -v make >/dev/null 2>&1 || need="$need make"
-[ -f /usr/include/zlib.h ] || need="$need zlib1g-dev"
-command -v python3 >/dev/null 2>&1 || need="$need python3"
-command -v chromium >/dev/null 2>&1 || need="$need chromium"
+case $what in
+build|test)
+    command -v cmake >/dev/null 2>&1 || need="$need cmake"
+    command -v cc >/dev/null 2>&1 || need="$need gcc"
+    command -v make >/dev/null 2>&1 || need="$need make"
+    [ -f /usr/include/zlib.h ] || need="$need zlib1g-dev"
+    if [ "$what" = test ]; then
+        command -v python3 >/dev/null 2>&1 || need="$need python3"
+        python3 -c 'import setuptools' >/dev/null 2>&1 || need="$need python3-setuptools"
+        python3 -m pip --version >/dev/null 2>&1 || need="$need python3-pip"
+    fi ;;
+browser)
+    command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
+        need="$need chromium" ;;
+*)
+    echo "usage: tools/install_deps.sh [build|test|browser]" >&2
+    exit 2 ;;
+esac
 [ -z "$need" ] && exit 0
 echo "install_deps: installing$need" >&2
 SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { echo "install_deps: not root and no sudo:$need" \
+        "must be installed by hand" >&2; exit 1; }
+    SUDO="sudo"
+fi
+command -v apt-get >/dev/null 2>&1 || { echo "install_deps: no apt-get: install$need by hand" >&2
+    exit 1; }
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 # shellcheck disable=SC2086

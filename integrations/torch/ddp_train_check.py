@@ -17,7 +17,7 @@ torch.multiprocessing (rank r on GPU r, NCCL over the env:// rendezvous on local
             deterministic here and the loss comparison proves nothing (said so)
 
 The model, optimizer and batch schedule are gpu_train_check.py's (gpt2_train of
-../shared/tools/torch_record_traces.py), made deterministic the same way; each rank draws its
+tools/torch_record_traces.py), made deterministic the same way; each rank draws its
 own tokens (seeded by rank), DDP averages the gradients. NCCL's NVLink multicast (NVLS) stays
 off: NCCL_NVLS_ENABLE=0, as the device machines require.
 

@@ -15,7 +15,7 @@ Each run is its own process (this script with --worker):
   oom       gpumem with reserve_limit=1GiB: a 2 GiB tensor must raise torch.OutOfMemoryError,
             and the CUDA context must stay healthy (a kernel on a new tensor, checked result)
 
-The workload is gpt2_train of ../shared/tools/torch_record_traces.py (same model, optimizer,
+The workload is gpt2_train of tools/torch_record_traces.py (same model, optimizer,
 seeds and batch/sequence schedule), made deterministic: CUBLAS_WORKSPACE_CONFIG=:4096:8 before
 CUDA starts, cudnn.deterministic, use_deterministic_algorithms(True, warn_only=True), and (by
 default, --sdpa math) attention on the math kernels, whose backward is deterministic.

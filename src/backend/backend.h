@@ -8,7 +8,7 @@
  * Addresses are uintptr_t here (device addresses, never dereferenced by the allocator).
  * Every method is thread-safe. Every method that makes a device call bumps
  * counters.calls[kind] and charges counters.time_ns[kind] (sim: the H200 cost model of
- * ../shared/ANCHORS.md; cuda: measured wall time) through backend_charge().
+ * docs/anchors.md; cuda: measured wall time) through backend_charge().
  *
  * Failure contract: a method that fails leaves no partial effect (a failed map maps nothing, a
  * failed reserve reserves nothing) and records a message with backend_set_error().
@@ -131,7 +131,7 @@ int ipc_proc_fd_open(int pid, int fd, int flags);
  * differs in size. */
 bool ipc_manifest_read(int pid, int fd, void *data, size_t len);
 
-/* H200 cost model (../shared/ANCHORS.md), in ns, for a call of `kind` on `size` bytes;
+/* H200 cost model (docs/anchors.md), in ns, for a call of `kind` on `size` bytes;
  * interpolated linearly in log2(size) between the measured sizes. */
 uint64_t cost_model_ns(gm_call kind, size_t size);
 

@@ -1,7 +1,7 @@
 /*
  * The H200 cost model: device time charged for each kind of device call on the simulated GPU.
  *
- * Every figure is a measurement from ../shared/ANCHORS.md (one H200, driver 580.159.04,
+ * Every figure is a measurement from docs/anchors.md (one H200, driver 580.159.04,
  * CUDA 13.0): host-side median latency of the call at a few sizes. Between two measured sizes
  * the cost is interpolated linearly in log2(size); outside the measured sizes it is clamped to
  * the nearest measurement. Sizes the driver does not care about (events, mem_info) have one
