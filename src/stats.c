@@ -186,11 +186,11 @@ static void snapshot_span(const gm_pool *pool, json_out *j, const gm_span *s, bo
 {
     const gm_arena *a = s->arena;
     json_put(j, "%s\n{\"address\":\"0x%" PRIxPTR "\",\"size\":%zu,\"mapped_bytes\":%zu,"
-                "\"kind\":\"%s\",\"segments\":\"%s\",\"stream\":\"%p\",\"peers\":%s,"
+                "\"kind\":\"%s\",\"segments\":\"%s\",\"stream\":\"0x%" PRIxPTR "\",\"peers\":%s,"
                 "\"blocks\":[",
              first_span ? "" : ",", s->base, s->size, span_mapped_bytes(s),
              a->kind == ARENA_SMALL ? "small" : "large", s->vmm ? "vmm" : "plain",
-             (void *)a->heap->stream, peers);
+             (uintptr_t)a->heap->stream, peers); /* the default stream is 0x0, not "(nil)" */
     for (const gm_block *b = s->first; b; b = b->phys_next) {
         size_t exports = share_block_exports_locked(pool, b);
         json_put(j, "%s{\"address\":\"0x%" PRIxPTR "\",\"size\":%zu,\"requested\":%zu,"

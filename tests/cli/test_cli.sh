@@ -7,33 +7,7 @@ GPUMEM=$1
 SRC=$2
 T=$(mktemp -d /tmp/gpumem_cli_test.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-passed=0
-failed=0
-
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAILED: $*" >&2; }
-
-# run RC ARGS...: run gpumem, keep stdout/stderr in $T/out, $T/err; check the exit code.
-run() {
-    want=$1
-    shift
-    "$GPUMEM" "$@" >"$T/out" 2>"$T/err"
-    got=$?
-    if [ "$got" -eq "$want" ]; then ok; else
-        bad "gpumem $* exited $got, want $want"
-        sed 's/^/    stderr: /' "$T/err" | head -5 >&2
-    fi
-}
-has() { # has FILE TEXT
-    if grep -qF -- "$2" "$1"; then ok; else bad "$(basename "$1") lacks \"$2\""; fi
-}
-json() { # json FILE PYTHON-ASSERTION (d is the parsed document)
-    if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert $2, d" "$1" \
-        >/dev/null 2>"$T/pyerr"; then ok; else
-        bad "JSON check failed: $2"
-        tail -1 "$T/pyerr" | cut -c1-300 >&2
-    fi
-}
+. "$(dirname "$0")/cli_lib.sh"
 
 H='Thread,Time,Action,Pointer,Size,Stream'
 good="$T/good.csv"

@@ -28,12 +28,26 @@ if ! "$GPUMEM" replay --no-progress --html "$T/report.html" "$SRC/traces/resnet_
     cat "$T/err" >&2
     exit 1
 fi
-mkdir "$T/profile"
-timeout 120 "$BROWSER" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
-    --disable-background-networking --disable-component-update --disable-sync \
-    --user-data-dir="$T/profile" --dump-dom "file://$T/report.html" >"$T/dom.html" 2>"$T/browser.err"
+# The same trace on VMM segments: a span labelled by its mapped bytes, not its virtual range.
+if ! "$GPUMEM" replay --no-progress --segments vmm --html "$T/vmm.html" \
+    "$SRC/traces/resnet_train.csv.gz" >"$T/out" 2>"$T/err"; then
+    echo "FAILED: gpumem replay --segments vmm --html exited nonzero" >&2
+    cat "$T/err" >&2
+    exit 1
+fi
+render() { # render PAGE DOM
+    rm -rf "$T/profile"
+    mkdir "$T/profile"
+    timeout 120 "$BROWSER" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+        --disable-background-networking --disable-component-update --disable-sync \
+        --user-data-dir="$T/profile" --dump-dom "file://$1" >"$2" 2>"$T/browser.err"
+}
+render "$T/report.html" "$T/dom.html"
+render "$T/vmm.html" "$T/vmm_dom.html"
 body=$(grep -o '<body[^>]*>' "$T/dom.html" | head -1)
+vmm_body=$(grep -o '<body[^>]*>' "$T/vmm_dom.html" | head -1)
 echo "rendered: $body"
+echo "rendered (vmm): $vmm_body"
 passed=0
 failed=0
 check() { # check DESCRIPTION COMMAND...
@@ -51,9 +65,19 @@ blocks() {
     n=$(echo "$body" | sed -n 's/.*data-map-blocks="\([0-9]*\)".*/\1/p')
     [ -n "$n" ] && [ "$n" -gt 0 ]
 }
+# Segment labels fit left of the bars (none clipped); the allocated line is drawn wider than
+# live, so it shows; a VMM span's label gives its mapped bytes ("... MiB mapped"), and its
+# virtual range only in the tooltip.
+labels_fit() { echo "$body" | grep -q 'data-labels-fit="yes"' &&
+    echo "$vmm_body" | grep -q 'data-labels-fit="yes"'; }
+allocated_visible() { echo "$body" | grep -q 'data-allocated-visible="yes"'; }
+vmm_label() { grep -Eq '<text[^>]*class="seg"[^>]*>0x[0-9a-f]+ [0-9.]+ [KMG]iB mapped' "$T/vmm_dom.html"; }
 check rendered
 check points
 check blocks
+check labels_fit
+check allocated_visible
+check vmm_label
 if [ "$failed" -ne 0 ]; then
     echo "browser stderr (tail):" >&2
     tail -5 "$T/browser.err" >&2

@@ -208,6 +208,10 @@ int backend_device_count(const cli_settings *s);
 
 /* ---- reports --------------------------------------------------------------------------- */
 
+/* `schema_version` of the JSON reports (replay, compare): raised when a key changes meaning or
+ * goes away; new keys may appear without it. docs/cli.md lists the keys of each version. */
+#define REPORT_SCHEMA_VERSION 1
+
 void report_text(FILE *f, const trace *t, const replay_result *r);
 void report_json(jw *w, const trace *t, const replay_result *r);
 /* The members of report_json's object, for callers that add their own (compare). */

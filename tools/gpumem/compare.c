@@ -28,6 +28,9 @@ static const char COMPARE_USAGE[] =
     "\n"
     "options:\n"
     "  --backend sim|cuda   device to replay on (default sim)\n"
+    "  --strategy NAME      the strategy of the release-policy and design rows (same as\n"
+    "                       --set strategy=NAME; the strategy rows try every one)\n"
+    "  --segments plain|vmm only the rows of this segment mode (default: both)\n"
     "  --set KEY=VALUE      a setting applied to every configuration (keys below)\n"
     "  --json               print one JSON array: an object per configuration and trace\n"
     "  --strict, --check, --no-progress   as for gpumem replay\n"
@@ -91,9 +94,15 @@ static void add_row(row_set *set, const cli_settings *s, const char *label)
 
 static void build_rows(row_set *set, const cli_settings *base)
 {
-    static const gm_segments modes[] = {GM_SEGMENTS_PLAIN, GM_SEGMENTS_VMM};
+    static const gm_segments both[] = {GM_SEGMENTS_PLAIN, GM_SEGMENTS_VMM};
+    const gm_segments *modes = both;
+    unsigned n_modes = 2;
+    if (base->pool.segments != GM_SEGMENTS_DEFAULT) { /* --segments: that mode's rows only */
+        modes = &base->pool.segments;
+        n_modes = 1;
+    }
     char label[LABEL_LEN];
-    for (unsigned m = 0; m < 2; m++) {
+    for (unsigned m = 0; m < n_modes; m++) {
         const char *seg = gm_segments_str(modes[m]);
         for (unsigned k = 1; k < GM_STRATEGY_COUNT; k++) {
             cli_settings s = *base;
@@ -187,6 +196,7 @@ static void json_rows(jw *w, const trace *t, const row_set *set)
         if (r->ran) {
             report_json_fields(w, t, &r->result);
         } else {
+            jw_u64(w, "schema_version", REPORT_SCHEMA_VERSION);
             jw_string(w, "trace", t->path);
             jw_string(w, "error", r->error);
         }
@@ -241,7 +251,8 @@ static int compare_trace(const char *path, const cli_options *o, jw *w)
 int cmd_compare(int argc, char **argv)
 {
     cli_options o;
-    int rc = cli_parse(argc, argv, "compare", OPT_DEVICE | OPT_JSON | OPT_TRACE, COMPARE_USAGE, &o);
+    int rc = cli_parse(argc, argv, "compare", OPT_DEVICE | OPT_POOL | OPT_JSON | OPT_TRACE,
+                       COMPARE_USAGE, &o);
     if (rc >= 0) {
         free(o.paths);
         return rc;

@@ -8,12 +8,38 @@
 #include <math.h>
 #include <string.h>
 
+/* Length of the well-formed UTF-8 sequence at s[0..len) (RFC 3629: no overlong forms, no
+ * surrogates, at most U+10FFFF), or 0 if it is not one. */
+static size_t utf8_sequence(const unsigned char *s, size_t len)
+{
+    size_t n = s[0] >= 0xF0 ? 4 : s[0] >= 0xE0 ? 3 : 2;
+    if (s[0] < 0xC2 || s[0] > 0xF4 || n > len)
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    if ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] > 0x9F) ||
+        (s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] > 0x8F))
+        return 0;
+    return n;
+}
+
 void json_write_string(FILE *f, const char *s, size_t len, int html_safe)
 {
     fputc('"', f);
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
+        if (c >= 0x80) {
+            /* JSON text is UTF-8: a byte that starts no valid sequence (a file name in another
+             * encoding, say) becomes U+FFFD, so the document stays valid. */
+            size_t n = utf8_sequence((const unsigned char *)s + i, len - i);
+            if (n == 0) {
+                fputs("\\ufffd", f);
+                continue;
+            }
+            fwrite(s + i, 1, n, f);
+            i += n - 1;
+        } else if (c == '"' || c == '\\')
             fprintf(f, "\\%c", c);
         else if (c == '\n')
             fputs("\\n", f);

@@ -9,6 +9,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 enum { PROGRESS_MIN_OPS = 100000, MAX_WARNINGS = 5 };
@@ -16,7 +17,7 @@ enum { PROGRESS_MIN_OPS = 100000, MAX_WARNINGS = 5 };
 static const char REPLAY_USAGE[] =
     "usage: gpumem replay [options] TRACE...\n"
     "\n"
-    "Replay RMM-format allocation traces (CSV, plain or .gz) against a gpumem pool on a\n"
+    "Replay RMM-format allocation traces (CSV, plain or .gz; - reads standard input) against a gpumem pool on a\n"
     "simulated or real GPU and report memory and speed figures (docs/cli.md). Each trace\n"
     "runs twice, each time on a fresh pool: first sampled (every figure but the time), then\n"
     "timed, with nothing between the calls (host ns/op).\n"
@@ -30,7 +31,7 @@ static const char REPLAY_USAGE[] =
     "  --set KEY=VALUE      any pool or simulated-device setting (repeatable; keys below)\n"
     "  --json               print JSON instead of the text table (an array for several traces)\n"
     "  --html FILE          also write a self-contained HTML report with timelines and a\n"
-    "                       segment map at peak live\n"
+    "                       segment map at peak live (its folder must exist)\n"
     "  --movable FRACTION   allocate this fraction (0..1, default 0) of the trace's allocations\n"
     "                       with gm_alloc_movable (chosen by a fixed hash of the allocation's\n"
     "                       index: the same ones every run) and free them with gm_free_handle\n"
@@ -51,6 +52,10 @@ static const char MAIN_USAGE[] =
     "  compare TRACE...  replay under every strategy / segment mode / release policy\n"
     "  info              describe the simulated or real device\n"
     "  help COMMAND      help for one command\n"
+    "\n"
+    "options:\n"
+    "  --version         print the version and exit\n"
+    "  -h, --help        this help\n"
     "\n"
     "gpumem COMMAND --help shows the options; docs/cli.md has everything.\n";
 
@@ -239,7 +244,28 @@ int cli_read_trace(const char *path, const cli_options *o, trace *t)
             fprintf(stderr, "gpumem: warning: %s: %llu %s in all (first at line %llu)\n", path,
                     (unsigned long long)t->problems[p], trace_problem_str((trace_problem)p),
                     (unsigned long long)t->first_problem_line[p]);
+    if (t->n_ops == 0) { /* an all-zero report would read as a result */
+        fprintf(stderr, "gpumem: error: %s: no allocations to replay (%llu line%s read)\n",
+                t->path, (unsigned long long)t->lines, t->lines == 1 ? "" : "s");
+        trace_free(t);
+        return EXIT_RUNTIME;
+    }
     return EXIT_OK_;
+}
+
+/* Whether the folder `path` would be written in exists and is writable: checked before a
+ * replay, so that a typo in --html fails at once, not after the whole replay. */
+static int output_folder_ok(const char *path)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n >= sizeof dir)
+        return 0;
+    memcpy(dir, path, n);
+    strcpy(dir + n, n ? "" : (slash ? "/" : "."));
+    struct stat st;
+    return stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && access(dir, W_OK | X_OK) == 0;
 }
 
 static int write_outputs(const cli_options *o, trace *traces, replay_result *results, size_t n)
@@ -289,6 +315,12 @@ int cmd_replay(int argc, char **argv)
     if (rc >= 0) {
         free(o.paths);
         return rc;
+    }
+    if (o.html && !output_folder_ok(o.html)) {
+        fprintf(stderr, "gpumem: error: --html %s: cannot write there (its folder does not "
+                "exist or is not writable)\n", o.html);
+        free(o.paths);
+        return EXIT_RUNTIME;
     }
     trace *traces = calloc(o.n_paths, sizeof *traces);
     replay_result *results = calloc(o.n_paths, sizeof *results);

@@ -37,7 +37,10 @@ static const char STYLE[] =
     "vertical-align:top}table.summary td:first-child{color:#555;white-space:nowrap}"
     "svg{display:block;overflow:visible}.axis{stroke:#888;stroke-width:1}"
     ".grid{stroke:#eee;stroke-width:1}.lbl{font-size:11px;fill:#555}"
-    ".series{fill:none;stroke-width:1.5}.reserved{stroke:#d62728}.allocated{stroke:#ff7f0e}"
+    ".series{fill:none;stroke-width:1.5}.reserved{stroke:#d62728}"
+    /* allocated is live + rounding, usually within a line's width of it: drawn wide and pale
+     * under live, so that it shows as a band around the live line instead of hiding under it */
+    ".allocated{stroke:#ff7f0e;stroke-width:6;stroke-opacity:.45}"
     ".live{stroke:#1f77b4}.frag{stroke:#9467bd}.peak{stroke:#2ca02c;stroke-dasharray:4 3}"
     ".legend span{display:inline-block;margin-right:16px}.legend i{display:inline-block;"
     "width:14px;height:3px;margin-right:4px;vertical-align:middle}"
@@ -111,7 +114,8 @@ static void timelines(FILE *f, const trace *t, const replay_result *r)
     format_bytes(max, l2, sizeof l2);
     const char *bytes_labels[3] = {"0", l1, l2};
     fputs("<h3>Timeline: bytes</h3>\n<div class=\"legend\"><span><i style=\"background:#d62728\">"
-          "</i>reserved</span><span><i style=\"background:#ff7f0e\"></i>allocated</span><span>"
+          "</i>reserved</span><span><i style=\"background:#ff7f0e;opacity:.45;height:6px\"></i>"
+          "allocated (the band under live)</span><span>"
           "<i style=\"background:#1f77b4\"></i>live</span><span><i style=\"background:#2ca02c\">"
           "</i>peak live</span></div>\n", f);
     axes(f, ops, bytes_labels, "live, allocated and reserved bytes over ops");
@@ -220,7 +224,7 @@ static const char SCRIPT[] =
     "function el(n,a,p){var e=document.createElementNS(NS,n);for(var k in a)e.setAttribute(k,a[k]);"
     "if(p)p.appendChild(e);return e;}\n"
     "var COLORS={allocated:'#1f77b4',live:'#1f77b4',free:'#d9d9d9',cached:'#98df8a',pending:'#ff7f0e'};\n"
-    "var MAX_SEGMENTS=400,W=1000,LABEL=290,ROW=18;\n"
+    "var MAX_SEGMENTS=400,BAR=700,ROW=18;\n"
     "function drawMap(div){\n"
     " var snap=JSON.parse(document.getElementById(div.dataset.snapshot).textContent);\n"
     " if(!snap||!snap.segments){div.textContent='no snapshot';return 0;}\n"
@@ -232,12 +236,21 @@ static const char SCRIPT[] =
     "used=Math.max(used,num(bl[j].address)-base+num(bl[j].size));\n"
     "  if(s.mapped_bytes!==undefined&&mapped<span)span=Math.max(used,mapped,1);\n"
     "  spans.push(span);maxSpan=Math.max(maxSpan,span);}\n"
-    " var svg=el('svg',{width:W,height:Math.max(n,1)*ROW+4,class:'map'},div);\n"
+    " var svg=el('svg',{width:BAR,height:Math.max(n,1)*ROW+4,class:'map'},div),texts=[],LABEL=0;\n"
+    /* Labels first, measured, so the bars start after the longest one (none is clipped). A VMM
+     * span is labelled by its mapped bytes; its whole virtual range is in the tooltip. */
+    " for(i=0;i<n;i++){var sg=segs[i],vmm=sg.segments==='vmm'||(sg.mapped_bytes!==undefined&&"
+    "num(sg.mapped_bytes)!==num(sg.size)),t=el('text',{x:0,y:i*ROW+14,class:'seg'},svg);\n"
+    "  t.textContent=(sg.address||'')+' '+(vmm?fmt(num(sg.mapped_bytes))+' mapped':"
+    "fmt(num(sg.size)))+(sg.kind?' '+sg.kind:'')+(vmm?' vmm':'');\n"
+    "  el('title',{},t).textContent=vmm?'virtual range '+fmt(num(sg.size))+', '+"
+    "fmt(num(sg.mapped_bytes))+' of it mapped':fmt(num(sg.size))+' segment';\n"
+    "  texts.push(t);LABEL=Math.max(LABEL,t.getComputedTextLength());}\n"
+    " LABEL=Math.ceil(LABEL)+10;svg.setAttribute('width',LABEL+BAR);\n"
+    " var fits=true;texts.forEach(function(t){var b=t.getBBox();"
+    "if(b.x<0||b.x+b.width>LABEL)fits=false;});body.dataset.labelsFit=fits?'yes':'no';\n"
     " for(i=0;i<n;i++){var seg=segs[i],b0=num(seg.address),y=i*ROW+2,bw=Math.max(40,"
-    "(W-LABEL)*spans[i]/maxSpan),list=seg.blocks||[];\n"
-    "  var t=el('text',{x:0,y:y+12,class:'seg'},svg),mb=num(seg.mapped_bytes);"
-    "t.textContent=(seg.address||'')+' '+fmt(num(seg.size))+(seg.kind?' '+seg.kind:'')+"
-    "(seg.mapped_bytes!==undefined&&mb!==num(seg.size)?', '+fmt(mb)+' mapped':'');\n"
+    "BAR*spans[i]/maxSpan),list=seg.blocks||[];\n"
     "  el('rect',{x:LABEL,y:y,width:bw,height:ROW-4,fill:'#fff',stroke:'#999'},svg);\n"
     "  for(j=0;j<list.length;j++){var b=list[j],off=num(b.address)-b0;if(off>=spans[i])continue;\n"
     "   var x=LABEL+bw*off/spans[i],"
@@ -256,6 +269,10 @@ static const char SCRIPT[] =
     "pts=0;\n"
     " lines.forEach(function(l){var bb=l.getBBox();if(!(l.getTotalLength()>0)||!(bb.width>0))"
     "ok=false;pts+=l.points.numberOfItems;});\n"
+    /* the allocated line must show beside live: drawn wider than it */
+    " var la=document.querySelector('polyline.allocated'),ll=document.querySelector('polyline.live');"
+    "if(la&&ll)body.dataset.allocatedVisible=parseFloat(getComputedStyle(la).strokeWidth)>"
+    "parseFloat(getComputedStyle(ll).strokeWidth)?'yes':'no';\n"
     " body.dataset.timelinePoints=String(pts);body.dataset.timelineRendered=ok?'yes':'no';}\n"
     "catch(e){body.dataset.timelineRendered='no';body.dataset.timelineError=String(e);}\n"
     "})();\n";

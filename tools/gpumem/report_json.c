@@ -71,6 +71,7 @@ static void bad_input(jw *w, const trace *t, const replay_result *r)
 void report_json_fields(jw *w, const trace *t, const replay_result *r)
 {
     const gm_stats *fin = &r->final;
+    jw_u64(w, "schema_version", REPORT_SCHEMA_VERSION);
     jw_string(w, "trace", t->path);
     jw_string(w, "device", r->device.name);
     jw_u64(w, "device_ordinal", (uint64_t)r->device.ordinal);

@@ -21,6 +21,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 enum {
@@ -183,19 +184,22 @@ static int parse_dec(field f, uint64_t *out)
     return 0;
 }
 
-/* Time in seconds (a plain decimal number, as RMM logs it). Only replay's --defrag reads it, so
- * a value that does not parse is not a problem: *out keeps the previous line's time. */
-static void parse_time(field f, double *out)
+/* Time in seconds: a finite decimal number, as RMM logs it ("1.5e-06" too). Returns 0 and sets
+ * *out, or -1 (the line is malformed: a Time that is not a number would silently move replay's
+ * --defrag steps). */
+static int parse_time(field f, double *out)
 {
     char buf[64];
     if (f.n == 0 || f.n >= sizeof buf)
-        return;
+        return -1;
     memcpy(buf, f.s, f.n);
     buf[f.n] = 0;
     char *end;
     double v = strtod(buf, &end);
-    if (*end == 0 && isfinite(v))
-        *out = v;
+    if (*end != 0 || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
 }
 
 /* ---- the reader --------------------------------------------------------------------------- */
@@ -402,8 +406,8 @@ static int parse_line(reader *r, const char *s, const char *e)
         return problem(r, TRACE_MALFORMED, "malformed line: stream is not a hex number");
     if (ptr == 0)
         return problem(r, TRACE_MALFORMED, "malformed line: null pointer");
-    if (r->col.time >= 0)
-        parse_time(f[r->col.time], &r->time);
+    if (r->col.time >= 0 && parse_time(f[r->col.time], &r->time) != 0)
+        return problem(r, TRACE_MALFORMED, "malformed line: time is not a number of seconds");
     uint32_t si = 0;
     if (stream_index(r, stream, &si) != 0)
         return -1;
@@ -426,8 +430,13 @@ static int check_end(reader *r, gzFile gz, int partial_line)
         return 0;
     if (zerr == Z_ERRNO)
         return fail(r, "read error: %s", strerror(errno));
-    r->line++; /* the problem sits on the line after the last complete one */
     const char *what = zerr == Z_BUF_ERROR ? "gzip stream is truncated" : "gzip data is corrupt";
+    if (r->line == 0) { /* not even a header came out: there is no trace, not a damaged one */
+        snprintf(r->err, r->errlen, "%s: %s (%s) before the first line: no trace data",
+                 r->t->path, what, zmsg);
+        return -1;
+    }
+    r->line++; /* the problem sits on the line after the last complete one */
     int rc = problem(r, TRACE_TRUNCATED, "%s (%s)%s: the rest of the trace is lost", what, zmsg,
                      partial_line ? "; the incomplete last line is dropped" : "");
     return rc != 0 ? -1 : 1;
@@ -498,13 +507,17 @@ static int read_all(reader *r, gzFile gz)
         have = (size_t)(end - s);
         memmove(buf, s, have);
         if (have == CHUNK_BYTES) {
-            r->line++;
-            if (r->line == 1) {
-                rc = fail(r, "not an RMM trace: the first line is longer than 1 MiB");
-                goto out;
+            /* An over-long line is one line however many chunks it spans: counted (and the
+             * line number advanced) at its first chunk only, dropped up to its newline. */
+            if (!skipping) {
+                r->line++;
+                if (r->line == 1) {
+                    rc = fail(r, "not an RMM trace: the first line is longer than 1 MiB");
+                    goto out;
+                }
+                if ((rc = problem(r, TRACE_MALFORMED, "malformed line: longer than 1 MiB")) != 0)
+                    goto out;
             }
-            if ((rc = problem(r, TRACE_MALFORMED, "malformed line: longer than 1 MiB")) != 0)
-                goto out;
             have = 0;
             skipping = 1;
         }
@@ -524,7 +537,7 @@ int trace_read(const char *path, const trace_read_options *opt, trace *t, char *
 {
     memset(t, 0, sizeof *t);
     reader r = {.t = t, .opt = opt, .err = err, .errlen = errlen};
-    t->path = strdup(path);
+    t->path = strdup(strcmp(path, "-") == 0 ? "<stdin>" : path); /* for messages */
     t->streams = malloc(4 * sizeof *t->streams);
     t->cap_streams = 4;
     if (!t->path || !t->streams || map_init(&r.live, MAP_MIN_CAPACITY) != 0) {
@@ -535,7 +548,12 @@ int trace_read(const char *path, const trace_read_options *opt, trace *t, char *
     }
     t->streams[0] = 0;
     t->n_streams = 1;
-    gzFile gz = gzopen(path, "rb");
+    /* "-" is standard input (plain or gzip, as a file). */
+    int from_stdin = strcmp(path, "-") == 0;
+    int fd = from_stdin ? dup(STDIN_FILENO) : -1;
+    gzFile gz = from_stdin ? (fd >= 0 ? gzdopen(fd, "rb") : NULL) : gzopen(path, "rb");
+    if (!gz && fd >= 0)
+        close(fd);
     if (!gz) {
         snprintf(err, errlen, "%s: cannot open: %s", path, errno ? strerror(errno) : "zlib");
         map_destroy(&r.live);
