@@ -654,6 +654,19 @@ typedef int (*gm_write_fn)(void *user, const char *data, size_t len);
  * nonzero; the walk stopped there), GM_ERR_HOST_MEMORY. O(blocks). */
 GM_API gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user);
 
+/* A buffer of this many bytes always holds gm_pool_summary's text. */
+#define GM_SUMMARY_BYTES 8192
+
+/* Write a human-readable table of the pool's statistics into buf (NUL-terminated), like
+ * PyTorch's memory_summary(): current and peak live, allocated and reserved bytes, cached and
+ * free bytes, reserved/live, counts (allocations, frees, live blocks, out-of-memory failures,
+ * segments), fragmentation (internal, largest free block, rate), the cache's hits and misses,
+ * and device calls by kind with their device time. Lines end with '\n'; the layout is for
+ * people and may change (read gm_pool_stats for numbers).
+ * Fails: GM_ERR_INVALID_ARGUMENT (pool or buf NULL; len too small: the message says how many
+ * bytes are needed; buf is not written then). O(blocks), as gm_pool_stats. Thread-safe. */
+GM_API gm_status gm_pool_summary(gm_pool *pool, char *buf, size_t len);
+
 /* Validate every invariant the pool relies on (free lists against bitmaps, block sums against
  * segment sizes, no two adjacent free blocks, counters against a recount, page maps, every
  * movable live block owned by exactly one handle, pin counts).

@@ -588,6 +588,8 @@ typedef struct free_summary {
     uint64_t histogram[GM_HISTOGRAM_BINS];
 } free_summary;
 void free_summary_locked(gm_pool *pool, free_summary *out);
+/* "1.50 GiB" (binary units; whole bytes below 1 KiB) into buf: messages and gm_pool_summary. */
+void pool_format_bytes(char *buf, size_t len, size_t bytes);
 gm_status pool_check_locked(gm_pool *pool);
 unsigned histogram_bin(size_t size);
 

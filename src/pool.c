@@ -1070,7 +1070,7 @@ gm_status gm_pool_destroy_force(gm_pool *pool)
 
 /* ---------------------------------------------------------------- public: alloc/free */
 
-static void format_bytes(char *buf, size_t len, size_t bytes)
+void pool_format_bytes(char *buf, size_t len, size_t bytes)
 {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = (double)bytes;
@@ -1089,18 +1089,18 @@ static GM_COLD gm_status fail_oom_locked(gm_pool *pool, size_t size, gm_stream s
     free_summary_locked(pool, &fs);
     double rate = fs.total ? 1.0 - (double)fs.largest / (double)fs.total : 0.0;
     char req[32], res[32], live[32], alloc[32], largest[32], total[32], lim[32];
-    format_bytes(req, sizeof req, size);
-    format_bytes(res, sizeof res, pool->reserved_bytes);
+    pool_format_bytes(req, sizeof req, size);
+    pool_format_bytes(res, sizeof res, pool->reserved_bytes);
     pool_totals t;
     pool_totals_locked(pool, &t);
-    format_bytes(live, sizeof live, t.live_bytes);
-    format_bytes(alloc, sizeof alloc, t.allocated_bytes);
-    format_bytes(largest, sizeof largest, fs.largest);
-    format_bytes(total, sizeof total, fs.total);
+    pool_format_bytes(live, sizeof live, t.live_bytes);
+    pool_format_bytes(alloc, sizeof alloc, t.allocated_bytes);
+    pool_format_bytes(largest, sizeof largest, fs.largest);
+    pool_format_bytes(total, sizeof total, fs.total);
     if (pool->limit == SIZE_MAX)
         snprintf(lim, sizeof lim, "none");
     else
-        format_bytes(lim, sizeof lim, pool->limit);
+        pool_format_bytes(lim, sizeof lim, pool->limit);
     pool->oom_count++;
     return pool_fail_locked(
         pool, GM_ERR_OUT_OF_MEMORY,
