@@ -115,6 +115,10 @@ typedef struct gm_sim_config {
     int manual_streams;     /* nonzero: simulated kernels (gm_sim_launch) stay pending until
                                gm_sim_stream_complete; zero: they complete at once */
     int no_costs;           /* nonzero: do not charge the H200 cost model to the device clock */
+    unsigned devices;       /* devices of the simulated machine, for programs that build one
+                               from a configuration text ("sim.devices": the CLI, GPUMEM_CONF);
+                               0 = the program's default. The create functions ignore it:
+                               gm_sim_devices_create takes its count as an argument */
 } gm_sim_config;
 
 /* Create a simulated GPU (see docs/backends.md). cfg NULL = defaults.
@@ -700,6 +704,84 @@ GM_API const char *gm_match_str(gm_match m);
 GM_API const char *gm_evict_str(gm_evict e);
 GM_API gm_status gm_match_parse(const char *name, gm_match *out);
 GM_API gm_status gm_evict_parse(const char *name, gm_evict *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Configuration by name (docs/api.md, "Settings by name")
+ *
+ * One table of keys serves every way a configuration is written as text: the CLI's --set,
+ * GPUMEM_CONF, the PyTorch and Python integrations, docs/cli.md. Keys are the CLI's
+ * ("reserve_limit", "cache_match.small"); device keys start with "sim.". Values: sizes as plain
+ * bytes or with K/M/G/T or KiB/MiB/GiB/TiB (binary, fractions allowed: "1.5G"); booleans as
+ * true/false, 1/0, yes/no, on/off; enums by the names gm_*_str gives. On failure nothing is
+ * changed and gm_last_error(NULL) names the key, the value and what is valid.
+ * ------------------------------------------------------------------------------------------- */
+
+/* One settable key. All strings are static. */
+typedef struct gm_config_key {
+    const char *name;         /* "reserve_limit", "cache_match.small", "sim.capacity" */
+    const char *type;         /* "size", "unsigned", "u64", "fraction" ([0, 1]), "ratio" (> 0),
+                                 "bool", or an enum: "strategy", "segments", "release",
+                                 "growth", "match", "evict" */
+    const char *default_text; /* "0 (no cap)", "1MiB", "default (tlsf)" */
+    const char *help;         /* one line */
+} gm_config_key;
+
+/* Every key of gm_config (pool) / gm_sim_config (simulated device, names with "sim."), in a
+ * fixed order; *count gets their number (count may be NULL). Never NULL. Thread-safe. */
+GM_API const gm_config_key *gm_config_keys(size_t *count);
+GM_API const gm_config_key *gm_sim_config_keys(size_t *count);
+
+/* Set one key of *cfg from text. Fails: GM_ERR_INVALID_ARGUMENT (NULL, unknown key -- the
+ * message lists the valid ones --, a value that is not of the key's type or out of its range,
+ * a number that overflows), *cfg unchanged. Only the value's form is checked here; rules that
+ * tie fields together (min_block a power of two, growth_min <= growth_max) are
+ * gm_config_resolve's and gm_pool_create's. gm_config_set takes no "sim." keys. */
+GM_API gm_status gm_config_set(gm_config *cfg, const char *key, const char *value);
+
+/* Set several keys: "key=value,key=value" (spaces around items are ignored; empty items are
+ * skipped; a later key wins). All or nothing: on any error *cfg is unchanged, and the message
+ * names the failing item. */
+GM_API gm_status gm_config_parse(gm_config *cfg, const char *text);
+
+/* The same for the simulated device. Keys as the CLI spells them ("sim.capacity") or without
+ * the prefix ("capacity"). */
+GM_API gm_status gm_sim_config_set(gm_sim_config *cfg, const char *key, const char *value);
+GM_API gm_status gm_sim_config_parse(gm_sim_config *cfg, const char *text);
+
+/* One text for both: keys with "sim." go to *sim, the others to *cfg ("strategy=slab,
+ * sim.capacity=8G"), all or nothing. sim NULL: "sim." keys are unknown. The CLI's --set and
+ * GPUMEM_CONF read their settings this way. */
+GM_API gm_status gm_config_parse_with_sim(gm_config *cfg, gm_sim_config *sim, const char *text);
+
+/* The configuration a pool created on `backend` with `in` (NULL = defaults) would run with,
+ * every default filled in (what gm_pool_config would return), without creating a pool or
+ * making a device call; callbacks are copied as they are. With backend NULL the
+ * device-dependent parts are left as given: vmm_reserve_bytes stays 0 (= device capacity)
+ * and segments=vmm is not checked against the device. `out` may equal `in`.
+ * Fails as gm_pool_create does for a bad configuration: GM_ERR_INVALID_ARGUMENT (the message
+ * names the field), GM_ERR_UNSUPPORTED (segments=vmm on a device without VMM); *out untouched. */
+GM_API gm_status gm_config_resolve(const gm_backend *backend, const gm_config *in,
+                                   gm_config *out);
+
+/* The text of one key's value in *cfg, in a form gm_config_set accepts back: sizes and numbers
+ * in plain digits, doubles in the shortest form that reads back exactly, booleans true/false,
+ * enums by name.
+ * Fails: GM_ERR_INVALID_ARGUMENT (NULL, unknown key, or `len` too small: buf then holds as
+ * much as fits, NUL-terminated, when len > 0). */
+GM_API gm_status gm_config_get(const gm_config *cfg, const char *key, char *buf, size_t len);
+GM_API gm_status gm_sim_config_get(const gm_sim_config *cfg, const char *key, char *buf,
+                                   size_t len);
+
+/* Every key of *cfg as "key=value,key=value" (gm_config_get's forms, in gm_config_keys'
+ * order), which gm_config_parse reads back to an equal configuration (callbacks aside).
+ * Returns the length the whole text needs (excluding the terminating NUL), as snprintf does:
+ * the text is complete iff the result is < len. buf may be NULL when len is 0. */
+GM_API size_t gm_config_format(const gm_config *cfg, char *buf, size_t len);
+GM_API size_t gm_sim_config_format(const gm_sim_config *cfg, char *buf, size_t len);
+
+/* Parse a byte size as the keys above read it ("4096", "256K", "2MiB", "1.5G"). Fails:
+ * GM_ERR_INVALID_ARGUMENT (NULL, not a size, fractions of a byte, beyond SIZE_MAX). */
+GM_API gm_status gm_size_parse(const char *text, size_t *out);
 
 #ifdef __cplusplus
 }

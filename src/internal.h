@@ -582,6 +582,13 @@ size_t releasable_bytes_locked(gm_pool *pool, size_t max_segment);
 void sync_streams_locked(gm_pool *pool);
 size_t vmm_page_of(const gm_arena *a, uintptr_t addr);
 
+/* --- config.c --- */
+/* Fill every default of `in` (NULL = all defaults) into *out and check the result, as
+ * gm_pool_create does; `be` NULL leaves the device-dependent parts (vmm_reserve_bytes, the VMM
+ * check). On failure *out is untouched and `why` says what is wrong (no function prefix). */
+gm_status config_resolve(const gm_backend *be, const gm_config *in, gm_config *out, char *why,
+                         size_t why_len);
+
 /* --- stats.c --- */
 typedef struct free_summary {
     size_t total, largest;

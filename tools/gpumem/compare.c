@@ -5,8 +5,8 @@
  * The set is built from the public enums, so new strategies, segment modes and release policies
  * join by themselves: every strategy x segment mode (default release), every release policy x
  * segment mode (default strategy), and the design document's settings (min_block = 256 KiB) x
- * segment mode. Rows whose resolved configuration (gm_pool_config) equals an earlier row's are
- * dropped before replaying. Rows with out-of-memory failures are not eligible for the marks.
+ * segment mode. Rows whose resolved configuration (gm_config_resolve) equals an earlier row's
+ * are dropped before replaying. Rows with out-of-memory failures are not eligible for the marks.
  */
 #include "cli.h"
 
@@ -48,31 +48,29 @@ typedef struct row_set {
     row *rows;
     size_t n;
     char (*resolved)[CONFIG_TEXT];
+    gm_backend *backend;    /* the device the rows' configurations are resolved against */
+    char backend_error[512]; /* why it could not be opened */
 } row_set;
 
-/* Every setting of a pool's resolved configuration as one string, for spotting duplicates. */
-static int resolve(const cli_settings *s, char *out, char *err, size_t errlen)
+/* Every setting of a pool's resolved configuration (gm_config_resolve: no pool is made) as one
+ * string, for spotting duplicates. */
+static int resolve(const row_set *set, const cli_settings *s, char *out, char *err,
+                   size_t errlen)
 {
-    gm_backend *b = NULL;
-    gm_pool *p = NULL;
-    if (backend_open(s, &b, err, errlen) != EXIT_OK_)
-        return -1;
-    gm_status st = gm_pool_create(b, &s->pool, &p);
-    if (st != GM_OK) {
-        snprintf(err, errlen, "%s: %s", gm_status_str(st), gm_last_error(NULL));
-        gm_backend_destroy(b);
+    if (!set->backend) {
+        snprintf(err, errlen, "%s", set->backend_error);
         return -1;
     }
-    cli_settings r = *s;
-    gm_pool_config(p, &r.pool);
-    gm_pool_destroy(p);
-    gm_backend_destroy(b);
-    size_t used = 0;
-    out[0] = 0;
-    for (size_t i = 0; i < settings_count() && used < CONFIG_TEXT; i++) {
-        char v[64];
-        settings_value_json(i, &r, v, sizeof v);
-        used += (size_t)snprintf(out + used, CONFIG_TEXT - used, "%s=%s ", settings_key(i), v);
+    gm_config c;
+    gm_status st = gm_config_resolve(set->backend, &s->pool, &c);
+    if (st != GM_OK) {
+        snprintf(err, errlen, "%s: %s", gm_status_str(st), gm_last_error(NULL));
+        return -1;
+    }
+    size_t used = gm_config_format(&c, out, CONFIG_TEXT);
+    if (used + 1 < CONFIG_TEXT) {
+        out[used++] = ',';
+        gm_sim_config_format(&s->sim, out + used, CONFIG_TEXT - used);
     }
     return 0;
 }
@@ -85,7 +83,7 @@ static void add_row(row_set *set, const cli_settings *s, const char *label)
     memset(r, 0, sizeof *r);
     r->settings = *s;
     snprintf(r->label, sizeof r->label, "%s", label);
-    if (resolve(s, set->resolved[set->n], r->error, sizeof r->error) == 0)
+    if (resolve(set, s, set->resolved[set->n], r->error, sizeof r->error) == 0)
         for (size_t i = 0; i < set->n; i++)
             if (strcmp(set->resolved[i], set->resolved[set->n]) == 0)
                 return; /* same pool as row i */
@@ -102,6 +100,7 @@ static void build_rows(row_set *set, const cli_settings *base)
         n_modes = 1;
     }
     char label[LABEL_LEN];
+    backend_open(base, &set->backend, set->backend_error, sizeof set->backend_error);
     for (unsigned m = 0; m < n_modes; m++) {
         const char *seg = gm_segments_str(modes[m]);
         for (unsigned k = 1; k < GM_STRATEGY_COUNT; k++) {
@@ -131,6 +130,8 @@ static void build_rows(row_set *set, const cli_settings *base)
         snprintf(label, sizeof label, "design doc %s min_block=256KiB", seg);
         add_row(set, &s, label);
     }
+    gm_backend_destroy(set->backend);
+    set->backend = NULL;
 }
 
 static double over_live(const replay_result *r)
@@ -229,7 +230,8 @@ static int compare_trace(const char *path, const cli_options *o, jw *w)
     int rc = cli_read_trace(path, o, &t);
     if (rc != EXIT_OK_)
         return rc;
-    row_set set = {calloc(MAX_ROWS, sizeof(row)), 0, calloc(MAX_ROWS, CONFIG_TEXT)};
+    row_set set = {.rows = calloc(MAX_ROWS, sizeof(row)),
+                   .resolved = calloc(MAX_ROWS, CONFIG_TEXT)};
     if (!set.rows || !set.resolved) {
         rc = EXIT_RUNTIME;
     } else {
