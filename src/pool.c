@@ -985,10 +985,10 @@ static GM_COLD gm_status fail_oom_locked(gm_pool *pool, size_t size, gm_stream s
     pool->oom_count++;
     return pool_fail_locked(
         pool, GM_ERR_OUT_OF_MEMORY,
-        "out of memory: cannot allocate %s (%zu bytes) on stream %p: %s. "
+        "out of memory: cannot allocate %s (%zu bytes) on stream 0x%" PRIxPTR ": %s. "
         "Reserved %s, live %s (allocated %s); free inside reserved memory %s, largest free "
         "block %s, fragmentation rate %.1f%%; reserve limit %s, device capacity %zu bytes",
-        req, size, (void *)stream, cause, res, live, alloc, total, largest, rate * 100.0, lim,
+        req, size, (uintptr_t)stream, cause, res, live, alloc, total, largest, rate * 100.0, lim,
         pool->backend->caps.capacity);
 }
 

@@ -3,7 +3,8 @@
 # and quiet when everything is there.
 # usage: tools/install_deps.sh [build|test|browser]
 #   build (default): a C compiler, cmake, make and zlib -- all `make run` needs
-#   test:            also python3 with pip and setuptools (the CLI and Python package tests)
+#   test:            also python3 with pip, setuptools and wheel (the CLI and Python
+#                    package tests: `pip install --no-build-isolation .` needs them)
 #   browser:         chromium only (the HTML report's browser test installs it this way itself,
 #                    or skips when it cannot)
 set -e
@@ -17,8 +18,16 @@ build|test)
     [ -f /usr/include/zlib.h ] || need="$need zlib1g-dev"
     if [ "$what" = test ]; then
         command -v python3 >/dev/null 2>&1 || need="$need python3"
-        python3 -c 'import setuptools' >/dev/null 2>&1 || need="$need python3-setuptools"
         python3 -m pip --version >/dev/null 2>&1 || need="$need python3-pip"
+        for m in setuptools wheel; do # for the python3 on PATH (maybe not Debian's): pip
+            python3 -c "import $m" >/dev/null 2>&1 && continue
+            if python3 -m pip --version >/dev/null 2>&1; then
+                echo "install_deps: pip install $m" >&2
+                python3 -m pip install --quiet --disable-pip-version-check "$m" || exit 1
+            else
+                need="$need python3-$m"
+            fi
+        done
     fi ;;
 browser)
     command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||

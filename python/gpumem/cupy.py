@@ -1,0 +1,138 @@
+"""gpumem as CuPy's device allocator (docs/python.md).
+
+    import cupy, gpumem.cupy
+    gpumem.cupy.enable("segments=vmm")      # GPUMEM_CONF-style settings; None reads $GPUMEM_CONF
+    x = cupy.random.rand(4096, 4096)         # served by gpumem
+    print(gpumem.cupy.summary())
+
+CuPy calls the package's C functions (python/gpumem/_cupy.c) through
+cupy.cuda.memory.CFunctionAllocator: no Python runs per allocation. Each allocation and free is
+made on CuPy's current stream (read through CuPy's own C API); out of memory raises
+cupy.cuda.memory.OutOfMemoryError with gpumem's diagnosis as a note. One pool per device, made
+when the device first allocates.
+"""
+
+import ctypes
+import os
+
+import gpumem
+
+__all__ = ["enable", "disable", "enabled", "stats", "summary", "snapshot", "trim"]
+
+_state = {"allocator": None, "handle": None, "previous": None, "conf": None}
+
+
+def _pylib():
+    """The package's shared object through PyDLL: the GIL stays held (the functions below use
+    the Python C API)."""
+    lib = ctypes.PyDLL(gpumem.library_path())
+    vp = ctypes.c_void_p
+    lib.gmpy_cupy_new.restype, lib.gmpy_cupy_new.argtypes = vp, [ctypes.c_char_p, vp,
+                                                                 ctypes.py_object]
+    lib.gmpy_cupy_pool.restype, lib.gmpy_cupy_pool.argtypes = vp, [vp, ctypes.c_int]
+    lib.gmpy_cupy_existing_pool.restype = vp
+    lib.gmpy_cupy_existing_pool.argtypes = [vp, ctypes.c_int]
+    lib.gmpy_cupy_failed_frees.restype, lib.gmpy_cupy_failed_frees.argtypes = ctypes.c_uint64, [vp]
+    lib.gmpy_cupy_destroy.restype, lib.gmpy_cupy_destroy.argtypes = None, [vp]
+    return lib
+
+
+def _current_stream_fn():
+    """The address of CuPy's C function get_current_stream_ptr (exported as a capsule by its
+    Cython stream module), or None: every call then uses the default stream."""
+    import importlib
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+    get_ptr.restype, get_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    for module in ("cupy_backends.cuda.stream", "cupy.cuda.stream"):
+        try:
+            capi = importlib.import_module(module).__pyx_capi__
+        except (ImportError, AttributeError):
+            continue
+        cap = capi.get("get_current_stream_ptr")
+        if cap is not None:
+            return get_ptr(cap, get_name(cap))
+    return None
+
+
+def enable(conf=None):
+    """Make gpumem CuPy's allocator (cupy.cuda.set_allocator) for this process. ``conf``: pool
+    settings ("segments=vmm,reserve_limit=60GiB"); None reads $GPUMEM_CONF. A bad setting raises
+    ValueError when the first device opens its pool (at once for the current device)."""
+    import cupy
+    from cupy.cuda import memory
+    if conf is None:
+        conf = os.environ.get("GPUMEM_CONF", "")
+    if _state["allocator"] is not None:
+        if conf == _state["conf"]:
+            return
+        raise gpumem.GpumemError("invalid argument", "gpumem.cupy is already enabled with %r"
+                                 % _state["conf"])
+    lib = _pylib()
+    stream_fn = _current_stream_fn()
+    handle = lib.gmpy_cupy_new(conf.encode(), stream_fn, memory.OutOfMemoryError)
+    if not handle:
+        raise MemoryError("gpumem.cupy: no host memory")
+    try:
+        lib.gmpy_cupy_pool(handle, cupy.cuda.runtime.getDevice())  # settings errors now
+    except Exception:
+        lib.gmpy_cupy_destroy(handle)
+        raise
+    cdll = ctypes.CDLL(gpumem.library_path())
+    malloc = ctypes.cast(cdll.gmpy_cupy_malloc, ctypes.c_void_p).value
+    free = ctypes.cast(cdll.gmpy_cupy_free, ctypes.c_void_p).value
+    allocator = memory.CFunctionAllocator(handle, malloc, free, _state)
+    _state.update(allocator=allocator, handle=handle, conf=conf, lib=lib,
+                  stream_aware=stream_fn is not None, previous=cupy.cuda.get_allocator())
+    cupy.cuda.set_allocator(allocator.malloc)
+
+
+def enabled():
+    return _state["allocator"] is not None
+
+
+def disable():
+    """Give CuPy its previous allocator back. gpumem's pools stay (arrays still alive keep
+    their memory); they are released at exit."""
+    import cupy
+    if _state["allocator"] is None:
+        return
+    cupy.cuda.set_allocator(_state["previous"])
+    _state["allocator"] = None
+
+
+def _pool(device):
+    if _state["handle"] is None:
+        raise gpumem.GpumemError("invalid argument", "gpumem.cupy is not enabled")
+    if device is None:
+        import cupy
+        device = cupy.cuda.runtime.getDevice()
+    p = _state["lib"].gmpy_cupy_existing_pool(_state["handle"], int(device))
+    if not p:
+        raise gpumem.GpumemError("invalid argument", "device %d has no gpumem pool yet" % device)
+    return p
+
+
+def stats(device=None):
+    """gm_pool_stats of the device's pool (default: the current device), as a dict; also
+    ``stream_aware`` (CuPy's current stream is passed on) and ``failed_frees``."""
+    d = gpumem._stats(_pool(device))
+    d["stream_aware"] = _state["stream_aware"]
+    d["failed_frees"] = _state["lib"].gmpy_cupy_failed_frees(_state["handle"])
+    return d
+
+
+def summary(device=None):
+    """gm_pool_summary of the device's pool, as text."""
+    return gpumem._summary(_pool(device))
+
+
+def snapshot(device=None):
+    return gpumem._snapshot(_pool(device))
+
+
+def trim(keep=0, device=None):
+    """gm_trim: give free memory back until at most ``keep`` bytes stay reserved."""
+    p = _pool(device)
+    gpumem._check(gpumem._lib.gm_trim(p, int(keep)), p)
