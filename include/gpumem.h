@@ -294,6 +294,9 @@ typedef int (*gm_oom_fn)(void *user, gm_pool *pool, size_t size, gm_stream strea
  * with no pool lock held; it must not free the pool. */
 typedef void (*gm_error_fn)(void *user, gm_status status, const char *message);
 
+/* Longest gm_config.trace_file, its terminating NUL included. */
+#define GM_TRACE_PATH_BYTES 512
+
 typedef struct gm_config {
     gm_strategy strategy;
     gm_segments segments; /* GM_SEGMENTS_VMM needs a backend with VMM support */
@@ -382,6 +385,12 @@ typedef struct gm_config {
     double defrag_copy_bandwidth; /* bytes per second that estimate assumes; 0 = the H200 cost
                                      model of docs/anchors.md (5.3 us launch, 0.2-2.5 TB/s
                                      by size); set it to the bandwidth measured on your device */
+
+    /* Tracing a live program (docs/tracing.md). Empty: off. Else a file the pool writes every
+     * gm_alloc and gm_free to (and every allocation that failed with out of memory), in RMM's
+     * CSV format, which `gpumem replay` reads; gzip-compressed when the name ends in ".gz"
+     * (zlib is loaded at run time). Written through a buffer, completed by gm_pool_destroy. */
+    char trace_file[GM_TRACE_PATH_BYTES];
 } gm_config;
 
 /* ---------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ typedef enum key_type {
     K_GROWTH,   /* gm_growth */
     K_MATCH,    /* gm_match */
     K_EVICT,    /* gm_evict */
+    K_PATH,     /* char[GM_TRACE_PATH_BYTES], a file name ("" = none) */
 } key_type;
 
 /* Public type names (gm_config_key.type), pasted from the row's key_type. */
@@ -52,6 +53,7 @@ typedef enum key_type {
 #define TN_K_GROWTH "growth"
 #define TN_K_MATCH "match"
 #define TN_K_EVICT "evict"
+#define TN_K_PATH "path"
 
 /* X(key, type, field, default text, help) -- the one table. */
 #define POOL_KEYS(X)                                                                            \
@@ -134,7 +136,9 @@ typedef enum key_type {
     X("defrag_step_ns", K_U64, defrag_step_ns, "120000",                                        \
       "time budget of one defragmentation step: estimated ns of copies it may queue")           \
     X("defrag_copy_bandwidth", K_RATIO, defrag_copy_bandwidth, "0 (H200 cost model)",           \
-      "bytes per second the step's time estimate assumes (e.g. 2.5e12)")
+      "bytes per second the step's time estimate assumes (e.g. 2.5e12)")                        \
+    X("trace", K_PATH, trace_file, "\"\" (off)",                                                \
+      "write every allocate and free to this RMM CSV trace (.gz: compressed; docs/tracing.md)")
 
 #define SIM_KEYS(X)                                                                             \
     X("sim.capacity", K_SIZE, capacity, "141GiB", "simulated device memory")                    \
@@ -331,6 +335,7 @@ static void describe_type(key_type t, char *buf, size_t n)
         [K_FRACTION] = "a number from 0 to 1",
         [K_RATIO] = "a finite number, 0 (the default) or above",
         [K_BOOL] = "true or false (1/0, yes/no, on/off)",
+        [K_PATH] = "a file name shorter than GM_TRACE_PATH_BYTES (512), without a comma",
     };
     snprintf(buf, n, "%s", text[t]);
 }
@@ -367,6 +372,11 @@ static bool value_parse(key_type t, const char *v, void *f)
         return true;
     case K_BOOL:
         return parse_bool(v, f);
+    case K_PATH:
+        if (strlen(v) >= GM_TRACE_PATH_BYTES)
+            return false;
+        strcpy(f, v);
+        return true;
     default:
         if (!enum_names(t, &fn, &count))
             return false;
@@ -401,6 +411,7 @@ static void value_format(key_type t, const void *f, char *buf, size_t n)
     case K_FRACTION:
     case K_RATIO: format_double(*(const double *)f, buf, n); return;
     case K_BOOL: snprintf(buf, n, "%s", *(const int *)f ? "true" : "false"); return;
+    case K_PATH: snprintf(buf, n, "%s", (const char *)f); return;
     default:
         enum_names(t, &fn, &count);
         snprintf(buf, n, "%s", fn((unsigned)*(const int *)f));
@@ -452,26 +463,18 @@ static gm_status set_in(const char *fn, const key_table *t, const key_table *oth
         return config_fail(fn, "unknown key \"%.*s\"%s", (int)(klen > 64 ? 64 : klen), key, keys);
     }
     const key_field *kf = &t->fields[i];
-    union {
-        size_t size;
-        unsigned u;
-        uint64_t u64;
-        double d;
-        int i;
-    } tmp;
-    if (!value_parse(kf->type, value, &tmp)) {
+    union { /* a copy of the whole struct: any field parses into its place, whatever its width */
+        gm_config pool;
+        gm_sim_config sim;
+    } copy;
+    memcpy(&copy, base, t->struct_size);
+    if (!value_parse(kf->type, value, (char *)&copy + kf->offset)) {
         char want[160];
         describe_type(kf->type, want, sizeof want);
         return config_fail(fn, "%s: bad value \"%.64s\" (want %s)", t->keys[i].name, value,
                            want);
     }
-    size_t width = kf->type == K_SIZE       ? sizeof(size_t)
-                   : kf->type == K_U64      ? sizeof(uint64_t)
-                   : kf->type == K_FRACTION ? sizeof(double)
-                   : kf->type == K_RATIO    ? sizeof(double)
-                   : kf->type == K_UNSIGNED ? sizeof(unsigned)
-                                            : sizeof(int);
-    memcpy((char *)base + kf->offset, &tmp, width);
+    memcpy(base, &copy, t->struct_size);
     return GM_OK;
 }
 

@@ -38,6 +38,8 @@
 #define GM_COLD __attribute__((noinline, cold))
 /* A hot helper the compiler would keep out of line because it has more than one caller. */
 #define GM_INLINE inline __attribute__((always_inline))
+/* A branch almost never taken (tracing on): laid out off the hot path. */
+#define GM_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 enum {
     ARENA_SMALL = 0,
@@ -361,8 +363,17 @@ static inline void gm_mutex_unlock(gm_mutex *m)
         gm_mutex_wake(m);
 }
 
+/* --- tracing.c: the program's trace (gm_config.trace_file; docs/tracing.md) --- */
+typedef struct gm_trace gm_trace;
+gm_status tracing_open(const char *path, gm_trace **out, char *why, size_t n);
+void tracing_alloc(gm_trace *t, void *ptr, size_t size, gm_stream stream);
+void tracing_alloc_failed(gm_trace *t, size_t size, gm_stream stream);
+void tracing_free(gm_trace *t, void *ptr, gm_stream stream); /* before the block goes back */
+void tracing_close(gm_trace *t);                              /* flushes; NULL is a no-op */
+
 struct gm_pool {
     gm_backend *backend;
+    gm_trace *trace; /* NULL unless gm_config.trace_file is set */
     gm_config cfg; /* every default resolved */
     gm_mutex lock;
     size_t limit;  /* effective cap on reserved bytes */

@@ -861,6 +861,13 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
             return fail_no_pool(st, "gm_pool_create", why);
         }
     }
+    if (pool->cfg.trace_file[0]) {
+        st = tracing_open(pool->cfg.trace_file, &pool->trace, why, sizeof why);
+        if (st != GM_OK) {
+            gm_pool_destroy_force(pool);
+            return fail_no_pool(st, "gm_pool_create", why);
+        }
+    }
     *out = pool;
     return GM_OK;
 }
@@ -868,6 +875,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
 static void pool_teardown(gm_pool *pool)
 {
     gm_backend *be = pool->backend;
+    tracing_close(pool->trace); /* the trace's last lines, before anything is released */
     tcache_detach_all(pool);
     gm_mutex_lock(&pool->lock);
     share_fini(pool); /* exports end with the pool: their memory goes back below */
@@ -1192,13 +1200,20 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
     gm_request rq;
     pool_request(pool, size, &rq);
     if (atomic_load_explicit(&pool->tc_live, memory_order_relaxed) && size &&
-        tcache_alloc(pool, &rq, stream, out))
+        tcache_alloc(pool, &rq, stream, out)) {
+        if (GM_UNLIKELY(pool->trace))
+            tracing_alloc(pool->trace, *out, size, stream);
         return GM_OK;
+    }
     pool_lock_hot(pool);
     gm_block *b = NULL;
     gm_status st = alloc_request_locked(pool, &rq, stream, 0, &b);
-    if (st != GM_OK)
-        return pool_unlock(pool, st);
+    if (st != GM_OK) {
+        st = pool_unlock(pool, st);
+        if (GM_UNLIKELY(pool->trace) && st == GM_ERR_OUT_OF_MEMORY)
+            tracing_alloc_failed(pool->trace, size, stream);
+        return st;
+    }
     if (GM_DEBUG >= 3)
         debug_validate_locked(pool);
     void *addr = (void *)b->addr; /* read before the unlock's atomic: no reload after it */
@@ -1206,6 +1221,8 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
         watch_alloc_locked(pool, b->addr);
     gm_mutex_unlock(&pool->lock);
     *out = addr;
+    if (GM_UNLIKELY(pool->trace))
+        tracing_alloc(pool->trace, addr, size, stream);
     return GM_OK;
 }
 
@@ -1262,6 +1279,8 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
     if (!ptr)
         return free_null(pool);
     uintptr_t addr = (uintptr_t)ptr;
+    if (GM_UNLIKELY(pool->trace)) /* before the block can go to another thread */
+        tracing_free(pool->trace, ptr, stream);
     if (atomic_load_explicit(&pool->tc_live, memory_order_relaxed) &&
         tcache_free(pool, addr, stream))
         return GM_OK;

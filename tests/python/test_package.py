@@ -133,6 +133,24 @@ class ReplayTests(unittest.TestCase):
                 write_trace(empty, [])
                 gpumem.replay(empty)
 
+    def test_record_then_replay(self):
+        """trace=FILE records what a pool serves; replaying the file gives the same peak."""
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "rec.csv.gz")
+            with gpumem.Pool("sim", conf="trace=" + path) as pool:
+                live = []
+                for i in range(200):
+                    live.append(pool.alloc(4096 * (1 + i % 37), stream=0x7 if i % 3 else 0))
+                    if i % 4 == 3:
+                        pool.free(live.pop(0))
+                for p in live:
+                    pool.free(p)
+                peak = pool.stats()["peak_live_bytes"]
+            r = gpumem.replay(path)  # the pool is closed: the trace is complete
+            self.assertEqual(r["peak_live_bytes"], peak)
+            self.assertEqual(r["ops"], 400)
+            self.assertEqual(gpumem.read_trace(path)["n_streams"], 2)
+
     @unittest.skipUnless(CLI, "GPUMEM_CLI not given")
     def test_same_figures_as_the_cli(self):
         trace = os.path.join(SRC, "traces", "resnet_train.csv.gz")
