@@ -150,6 +150,7 @@ typedef struct replay_options {
     double movable;    /* --movable: fraction of allocations made movable (0 = none) */
     int defrag;        /* --defrag on: a gm_defrag_maybe step in every time gap >= defrag_gap */
     double defrag_gap; /* seconds; 0 = DEFRAG_GAP_DEFAULT */
+    int min_budget;    /* --min-budget: bisect reserve_limit for the smallest that runs */
 } replay_options;
 
 /* Default --defrag-gap: a gap of 1 ms between two ops of the trace gets a defragmentation step. */
@@ -170,7 +171,10 @@ typedef struct replay_result {
     uint64_t frees_skipped;  /* frees of allocations that had failed */
     double worst_frag_rate;  /* over the sampled timeline (docs/cli.md has the rule) */
     uint64_t worst_frag_op;
-    uint64_t recommended_initial_reserve;
+    uint64_t recommended_initial_reserve; /* 0: none (it would raise peak reserved here) */
+    uint64_t advice_peak_reserved; /* peak reserved of a run started with that advice */
+    double ns_per_op_min, ns_per_op_max; /* fastest and slowest of the timed passes */
+    unsigned timed_passes;   /* timed passes; ns_per_op and host_ns are the median one's */
     int streams_merged;      /* the backend cannot create streams: all ran on the default */
     timeline_point *timeline;
     size_t n_timeline;
@@ -188,6 +192,12 @@ typedef struct replay_result {
     uint64_t defrag_blocks_moved, defrag_bytes_moved;
     uint64_t defrag_copy_ns;   /* gm_defrag_result.copy_time_ns summed over the gap steps */
     uint64_t defrag_host_ns;   /* host time inside gm_defrag_maybe (not in host_ns) */
+    /* --min-budget (min_budget_done): the smallest reserve_limit found under which the trace
+     * ran with no out-of-memory, and the replays the bisection took. */
+    int min_budget_done;
+    uint64_t min_budget_bytes;
+    double min_budget_ratio; /* min_budget_bytes / final.peak_live_bytes */
+    unsigned min_budget_replays;
 } replay_result;
 
 /* Replay t. Returns EXIT_OK_, EXIT_RUNTIME or EXIT_USAGE (the pool rejected the config), with
@@ -234,6 +244,7 @@ typedef struct cli_options {
     int defrag;
     double defrag_gap;
     int device_given;  /* --device was on the command line */
+    int min_budget;    /* replay only: --min-budget */
 } cli_options;
 
 /* Which options a subcommand accepts: --backend, --device and --set; --strategy and --segments; --json;

@@ -39,6 +39,9 @@ static const char REPLAY_USAGE[] =
     "                       trace's Time column, run gm_defrag_maybe (default budget) on that\n"
     "                       op's stream (default off; threshold: --set defrag_threshold=X)\n"
     "  --defrag-gap SECONDS the gap that gets a defragmentation step (default 0.001 = 1 ms)\n"
+    "  --min-budget         also find the smallest reserve_limit under which the trace runs\n"
+    "                       with no out-of-memory (bisection over timed replays, to 2 MiB),\n"
+    "                       reported as a multiple of peak live\n"
     "  --strict             stop at the first bad trace line or unsatisfiable allocation\n"
     "  --check              run gm_pool_check at every timeline sample (slow; for debugging)\n"
     "  --no-progress        no progress bar (drawn on a terminal for traces over 100k ops)\n"
@@ -105,6 +108,8 @@ static int flag_option(const char *a, unsigned accepted, cli_options *o)
         return o->check = 1;
     if ((accepted & OPT_TRACE) && strcmp(a, "--no-progress") == 0)
         return o->no_progress = 1;
+    if ((accepted & OPT_DEFRAG) && strcmp(a, "--min-budget") == 0) /* replay only */
+        return o->min_budget = 1;
     return 0;
 }
 
@@ -334,7 +339,7 @@ int cmd_replay(int argc, char **argv)
         replay_options ro = {.settings = o.settings, .strict = o.strict, .check = o.check,
                              .snapshot = o.html != NULL, .max_warnings = MAX_WARNINGS,
                              .movable = o.movable, .defrag = o.defrag,
-                             .defrag_gap = o.defrag_gap};
+                             .defrag_gap = o.defrag_gap, .min_budget = o.min_budget};
         ro.progress = !o.no_progress && isatty(STDERR_FILENO) &&
                       traces[done].n_ops > PROGRESS_MIN_OPS;
         rc = replay_run(&traces[done], &ro, &results[done], err, sizeof err);

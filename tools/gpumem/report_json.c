@@ -96,6 +96,9 @@ void report_json_fields(jw *w, const trace *t, const replay_result *r)
     jw_u64(w, "device_time_ns", fin->device_time_ns);
     jw_u64(w, "host_ns", r->host_ns);
     jw_double(w, "ns_per_op", r->ns_per_op);
+    jw_double(w, "ns_per_op_min", r->ns_per_op_min);
+    jw_double(w, "ns_per_op_max", r->ns_per_op_max);
+    jw_u64(w, "timed_passes", r->timed_passes);
     jw_u64(w, "timed_device_time_ns", r->timed_device_ns);
     jw_u64(w, "oom_count", r->oom_count);
     jw_u64(w, "first_oom_line", r->first_oom_line);
@@ -108,6 +111,12 @@ void report_json_fields(jw *w, const trace *t, const replay_result *r)
     jw_u64(w, "streams", t->n_streams);
     jw_raw(w, "streams_merged", r->streams_merged ? "true" : "false");
     jw_u64(w, "recommended_initial_reserve", r->recommended_initial_reserve);
+    jw_u64(w, "advice_peak_reserved_bytes", r->advice_peak_reserved);
+    if (r->min_budget_done) { /* --min-budget */
+        jw_u64(w, "min_budget_bytes", r->min_budget_bytes);
+        jw_double(w, "min_budget_ratio", r->min_budget_ratio);
+        jw_u64(w, "min_budget_replays", r->min_budget_replays);
+    }
     if (!r->defrag_shown) {
         report_json_config(w, &r->resolved);
         return;

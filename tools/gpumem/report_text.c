@@ -110,8 +110,9 @@ void report_text(FILE *f, const trace *t, const replay_result *r)
     if (strcmp(r->device.backend, "sim") != 0)
         snprintf(in_device, sizeof in_device, ", %.3f ms of it in device calls",
                  (double)r->timed_device_ns / 1e6);
-    row(f, "host time", "%.1f ns/op (timed pass: %.3f s in gm_alloc/gm_free%s)", r->ns_per_op,
-        (double)r->host_ns / 1e9, in_device);
+    row(f, "host time", "%.1f ns/op, median of %u timed passes (%.1f-%.1f; the median pass: "
+        "%.3f s in gm_alloc/gm_free%s)", r->ns_per_op, r->timed_passes, r->ns_per_op_min,
+        r->ns_per_op_max, (double)r->host_ns / 1e9, in_device);
     if (r->defrag_shown) {
         row(f, "movable", "%.3f of allocations (%llu made with gm_alloc_movable)",
             r->movable_fraction, (unsigned long long)r->movable_allocs);
@@ -140,8 +141,17 @@ void report_text(FILE *f, const trace *t, const replay_result *r)
     bad_input(f, t, r);
     if (r->streams_merged)
         row(f, "streams", "the backend cannot create streams: all ops ran on the default stream");
-    row(f, "recommended pool", "initial_reserve = %s (peak reserved + 15 %%, 2 MiB pages)",
-        bytes(r->recommended_initial_reserve, a, sizeof a));
-    row(f, "", "use it with: --set initial_reserve=%llu",
-        (unsigned long long)r->recommended_initial_reserve);
+    if (r->recommended_initial_reserve) {
+        row(f, "recommended pool", "initial_reserve = %s (the large arena's peak, 2 MiB pages; "
+            "replayed with it: peak reserved %s)", bytes(r->recommended_initial_reserve, a,
+            sizeof a), bytes(r->advice_peak_reserved, b, sizeof b));
+        row(f, "", "use it with: --set initial_reserve=%llu",
+            (unsigned long long)r->recommended_initial_reserve);
+    } else {
+        row(f, "recommended pool", "no initial_reserve: on this trace one raises peak reserved");
+    }
+    if (r->min_budget_done)
+        row(f, "smallest budget", "%s = %.3f x peak live (reserve_limit, bisection to 2 MiB over "
+            "%u replays: no out-of-memory at it)", bytes(r->min_budget_bytes, a, sizeof a),
+            r->min_budget_ratio, r->min_budget_replays);
 }
