@@ -37,7 +37,7 @@ for name in $(echo "$ANCHORS" | awk '{print $1}'); do
     ratio=$(member "$json" reserved_over_live)
     printf '%-14s %8.3f %5s | %-10s %-18s %-16s\n' "$name" "$ratio" "$(member "$json" oom_count)" \
         "$1" "$2" "$3"
-    TIMES="$TIMES$(printf '%-14s %8s ns/op  (%s-%s over %s timed passes)' "$name" \
+    TIMES="$TIMES$(printf '%-14s %8.1f ns/op  (%.1f-%.1f over %s timed passes)' "$name" \
         "$(member "$json" ns_per_op)" "$(member "$json" ns_per_op_min)" \
         "$(member "$json" ns_per_op_max)" "$(member "$json" timed_passes)")
 "

@@ -83,5 +83,31 @@ run 0 replay --json "$good"; json "$T/out" "d['schema_version'] == 1"
 run 0 compare --json "$good"; json "$T/out" "all(r['schema_version'] == 1 for r in d)"
 run 0 --help; has "$T/out" "--version"
 
+# --- honest numbers: host time is a median with its spread; compare marks "fastest" only beyond
+# the spread; following the initial_reserve advice never raises reserved/live or the advice ---
+run 0 replay --json "$good"
+json "$T/out" "d['timed_passes'] == 5 and d['ns_per_op_min'] <= d['ns_per_op'] <= d['ns_per_op_max']"
+json "$T/out" "abs(d['host_ns'] / d['ops'] - d['ns_per_op']) <= 1e-4 * d['ns_per_op']"
+run 0 replay "$good"; has "$T/out" "median of 5 timed passes"
+run 0 compare --json "$good"
+json "$T/out" "all(r['ns_per_op_max'] < o['ns_per_op_min'] for r in d if r['fastest'] for o in d if o is not r and 'error' not in o and o['oom_count'] == 0)"
+for seg in plain vmm; do
+    reserve=0
+    for round in 1 2 3; do
+        run 0 replay --json --segments $seg --set initial_reserve=$reserve "$SRC/traces/resnet_train.csv.gz"
+        cp "$T/out" "$T/advice_$seg$round.json"
+        reserve=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['recommended_initial_reserve'])" "$T/out")
+    done
+    for round in 2 3; do
+        prev=$((round - 1))
+        if python3 -c "import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2]))
+assert b['reserved_over_live'] <= a['reserved_over_live'], (a['reserved_over_live'], b['reserved_over_live'])
+assert b['recommended_initial_reserve'] <= a['recommended_initial_reserve'] or a['recommended_initial_reserve'] == 0, \
+    (a['recommended_initial_reserve'], b['recommended_initial_reserve'])
+assert b['oom_count'] == 0" "$T/advice_$seg$prev.json" "$T/advice_$seg$round.json"; then ok
+        else bad "initial_reserve advice ($seg, round $round) raised reserved/live or itself"; fi
+    done
+done
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -23,7 +23,8 @@ static const char COMPARE_USAGE[] =
     "Replay each trace under every strategy x segment mode, every release policy x segment mode\n"
     "(default strategy unless --set strategy=NAME), and the design document's settings\n"
     "(min_block=256KiB) x segment mode; print one table per trace and mark the lowest\n"
-    "reserved/live (*) and the fastest host ns/op (+). Rows that hit out-of-memory are not\n"
+    "reserved/live (*) and the fastest host ns/op (+: the median of the timed passes, marked only\n"
+    "when its slowest pass beats every other row's fastest). Rows that hit out-of-memory are not\n"
     "marked. --set values apply to every row.\n"
     "\n"
     "options:\n"
@@ -157,9 +158,24 @@ static size_t best_row(const row_set *set, int by_speed)
     return best;
 }
 
+/* The fastest eligible row by median ns/op, but only if it is faster beyond the spread: its
+ * slowest timed pass beats every other eligible row's fastest. Else n (no mark): a mark that
+ * moves from run to run with the noise says nothing. */
+static size_t fastest_row(const row_set *set)
+{
+    size_t best = best_row(set, 1);
+    for (size_t i = 0; best < set->n && i < set->n; i++) {
+        const row *r = &set->rows[i];
+        if (i != best && r->ran && !r->result.oom_count &&
+            !(set->rows[best].result.ns_per_op_max < r->result.ns_per_op_min))
+            return set->n;
+    }
+    return best;
+}
+
 static void print_table(const trace *t, const row_set *set)
 {
-    size_t best = best_row(set, 0), fastest = best_row(set, 1);
+    size_t best = best_row(set, 0), fastest = fastest_row(set);
     printf("%s: %zu ops, peak live by the trace %.2f GiB\n", t->path, t->n_ops,
            (double)t->peak_live_bytes / (double)(1u << 30));
     printf("   %-40s %9s %13s %9s %6s %10s %12s %8s %5s\n", "configuration", "res/live",
@@ -182,12 +198,14 @@ static void print_table(const trace *t, const row_set *set)
                (double)x->final.device_time_ns / 1e6, x->ns_per_op,
                (unsigned long long)x->oom_count);
     }
-    printf("* lowest reserved/live   + fastest host ns/op   (rows with OOM are not marked)\n");
+    printf("* lowest reserved/live   + fastest host ns/op (median of %u timed passes; marked only "
+           "when its slowest pass beats every other row's fastest)   rows with OOM are not "
+           "marked\n", set->n ? set->rows[0].result.timed_passes : 0);
 }
 
 static void json_rows(jw *w, const trace *t, const row_set *set)
 {
-    size_t best = best_row(set, 0), fastest = best_row(set, 1);
+    size_t best = best_row(set, 0), fastest = fastest_row(set);
     for (size_t i = 0; i < set->n; i++) {
         const row *r = &set->rows[i];
         jw_begin_object(w, NULL);

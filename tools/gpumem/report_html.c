@@ -169,8 +169,9 @@ static void summary(FILE *f, const trace *t, const replay_result *r)
                                      gm_call_str((gm_call)k),
                                      (unsigned long long)fin->device_calls[k]);
     summary_row(f, "device calls", used ? v : "none");
-    snprintf(v, sizeof v, "%.3f ms device time, %.1f host ns/op",
-             (double)fin->device_time_ns / 1e6, r->ns_per_op);
+    snprintf(v, sizeof v, "%.3f ms device time, %.1f host ns/op (median of %u timed passes, "
+             "%.1f-%.1f)", (double)fin->device_time_ns / 1e6, r->ns_per_op, r->timed_passes,
+             r->ns_per_op_min, r->ns_per_op_max);
     summary_row(f, "time", v);
     if (r->defrag_shown) {
         format_bytes(r->defrag_bytes_moved, a, sizeof a);
@@ -189,8 +190,11 @@ static void summary(FILE *f, const trace *t, const replay_result *r)
              (unsigned long long)t->problems[TRACE_TRUNCATED]);
     summary_row(f, "problems", v);
     format_bytes(r->recommended_initial_reserve, a, sizeof a);
-    snprintf(v, sizeof v, "%s: --set initial_reserve=%llu", a,
-             (unsigned long long)r->recommended_initial_reserve);
+    if (r->recommended_initial_reserve)
+        snprintf(v, sizeof v, "%s: --set initial_reserve=%llu", a,
+                 (unsigned long long)r->recommended_initial_reserve);
+    else
+        snprintf(v, sizeof v, "no initial_reserve (one raises peak reserved on this trace)");
     summary_row(f, "recommended pool", v);
     fputs("</table>\n", f);
 }
