@@ -82,6 +82,9 @@ has "$T/r.html" '"stream":"0x0"'; lacks "$T/r.html" "(nil)"
 run 0 replay --json "$good"; json "$T/out" "d['schema_version'] == 1"
 run 0 compare --json "$good"; json "$T/out" "all(r['schema_version'] == 1 for r in d)"
 run 0 --help; has "$T/out" "--version"
+run 0 replay --summary "$good"; has "$T/out" "pool at peak live (gm_pool_summary)"
+has "$T/out" "gpumem pool summary"; has "$T/out" "| live (requested)             |      12.00 KiB |"
+run 0 replay --help; has "$T/out" "--summary"
 
 # --- honest numbers: host time is a median with its spread; compare marks "fastest" only beyond
 # the spread; following the initial_reserve advice never raises reserved/live or the advice ---

@@ -146,6 +146,7 @@ typedef struct replay_options {
     int progress;     /* draw a progress bar on stderr (the caller checked isatty) */
     int check;        /* gm_pool_check at every sample and at the end */
     int snapshot;     /* keep gm_pool_snapshot's JSON at the peak-live op */
+    int summary;      /* keep gm_pool_summary's table at the peak-live op */
     unsigned max_warnings;
     double movable;    /* --movable: fraction of allocations made movable (0 = none) */
     int defrag;        /* --defrag on: a gm_defrag_maybe step in every time gap >= defrag_gap */
@@ -179,6 +180,7 @@ typedef struct replay_result {
     timeline_point *timeline;
     size_t n_timeline;
     char *snapshot;          /* JSON text, or NULL */
+    char *summary;           /* gm_pool_summary at the peak-live op (--summary), or NULL */
     size_t snapshot_len;
     /* Movable blocks and defragmentation: reported when defrag_shown (--movable > 0 or
      * --defrag on), so the default report stays as it was. */
@@ -236,7 +238,7 @@ int report_html(const char *path, const trace *const *traces, const replay_resul
 
 typedef struct cli_options {
     cli_settings settings;
-    int json, strict, check, no_progress;
+    int json, strict, check, no_progress, summary;
     const char *html;
     const char **paths;
     size_t n_paths;

@@ -42,6 +42,7 @@ static const char REPLAY_USAGE[] =
     "  --min-budget         also find the smallest reserve_limit under which the trace runs\n"
     "                       with no out-of-memory (bisection over timed replays, to 2 MiB),\n"
     "                       reported as a multiple of peak live\n"
+    "  --summary            also print the pool's gm_pool_summary table at peak live\n"
     "  --strict             stop at the first bad trace line or unsatisfiable allocation\n"
     "  --check              run gm_pool_check at every timeline sample (slow; for debugging)\n"
     "  --no-progress        no progress bar (drawn on a terminal for traces over 100k ops)\n"
@@ -106,6 +107,8 @@ static int flag_option(const char *a, unsigned accepted, cli_options *o)
         return o->strict = 1;
     if ((accepted & OPT_TRACE) && strcmp(a, "--check") == 0)
         return o->check = 1;
+    if ((accepted & OPT_HTML) && strcmp(a, "--summary") == 0)
+        return o->summary = 1;
     if ((accepted & OPT_TRACE) && strcmp(a, "--no-progress") == 0)
         return o->no_progress = 1;
     if ((accepted & OPT_DEFRAG) && strcmp(a, "--min-budget") == 0) /* replay only */
@@ -337,7 +340,8 @@ int cmd_replay(int argc, char **argv)
             break;
         char err[1024];
         replay_options ro = {.settings = o.settings, .strict = o.strict, .check = o.check,
-                             .snapshot = o.html != NULL, .max_warnings = MAX_WARNINGS,
+                             .snapshot = o.html != NULL, .summary = o.summary,
+                             .max_warnings = MAX_WARNINGS,
                              .movable = o.movable, .defrag = o.defrag,
                              .defrag_gap = o.defrag_gap, .min_budget = o.min_budget};
         ro.progress = !o.no_progress && isatty(STDERR_FILENO) &&

@@ -233,6 +233,19 @@ static int take_snapshot(run *x)
     return 0;
 }
 
+static int take_summary(run *x)
+{
+    x->r->summary = malloc(GM_SUMMARY_BYTES);
+    gm_status st = x->r->summary ? gm_pool_summary(x->pool, x->r->summary, GM_SUMMARY_BYTES)
+                                 : GM_ERR_HOST_MEMORY;
+    if (st != GM_OK) {
+        snprintf(x->err, x->errlen, "%s: gm_pool_summary failed: %s: %s", x->t->path,
+                 gm_status_str(st), gm_last_error(x->pool));
+        return -1;
+    }
+    return 0;
+}
+
 /* The worst rate counts only when the free bytes are at least WORST_FREE_PERCENT of reserved:
  * a few free bytes split in two would otherwise read as 50 %. */
 static void consider_worst(replay_result *r, const gm_stats *st, size_t done)
@@ -376,6 +389,8 @@ static int replay_ops(run *x)
             if (gm_pool_stats(x->pool, &r->at_peak) != GM_OK)
                 return -1;
             consider_worst(r, &r->at_peak, done);
+            if (x->o->summary && take_summary(x) != 0)
+                return -1;
             if (x->o->snapshot && take_snapshot(x) != 0)
                 return -1;
         }
@@ -677,7 +692,9 @@ void replay_result_free(replay_result *r)
 {
     free(r->timeline);
     free(r->snapshot);
+    free(r->summary);
     r->timeline = NULL;
     r->snapshot = NULL;
+    r->summary = NULL;
     r->n_timeline = 0;
 }

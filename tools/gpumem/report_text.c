@@ -154,4 +154,6 @@ void report_text(FILE *f, const trace *t, const replay_result *r)
         row(f, "smallest budget", "%s = %.3f x peak live (reserve_limit, bisection to 2 MiB over "
             "%u replays: no out-of-memory at it)", bytes(r->min_budget_bytes, a, sizeof a),
             r->min_budget_ratio, r->min_budget_replays);
+    if (r->summary)
+        fprintf(f, "  pool at peak live (gm_pool_summary):\n%s", r->summary);
 }
