@@ -426,6 +426,12 @@ GM_API gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **o
 
 /* Free a block returned by gm_alloc. `stream` is the stream whose work last used it (usually the
  * allocating stream): the memory may be reused at once by later work on that stream.
+ * The stream must outlive the block's stay in the pool: the freed block is cached for `stream`
+ * and the pool later records events on it and synchronizes it (when the block goes to another
+ * stream, before memory goes back to the device, when defragmentation moves blocks). Destroy a
+ * stream (cudaStreamDestroy) only once every block allocated, freed or recorded on it is freed
+ * and gm_trim(pool, 0) has returned, or after gm_pool_destroy. The same holds for the streams
+ * of gm_alloc, gm_record_stream and the defragmentation calls.
  * Fails, keeping the pool intact: GM_ERR_INVALID_ARGUMENT (pool NULL), GM_ERR_DOUBLE_FREE
  * (already freed), GM_ERR_UNKNOWN_POINTER (NULL, foreign or interior pointer). O(1).
  * Thread-safe. */

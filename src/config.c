@@ -631,6 +631,34 @@ size_t gm_sim_config_format(const gm_sim_config *cfg, char *buf, size_t len)
 
 /* ---------------------------------------------------------------- defaults */
 
+/* The largest value a size setting the pool rounds or adds to may have: larger than any
+ * device, and small enough that rounding it up to another such setting cannot wrap. The caps
+ * (reserve_limit_bytes, cache_cap_bytes) are only compared, so they may be anything. */
+#define SIZE_SETTING_MAX (SIZE_MAX / 4)
+
+/* The message for the first size setting of c past SIZE_SETTING_MAX, or NULL. */
+static const char *size_too_large(const gm_config *c)
+{
+#define TOO_LARGE(field)                                                                        \
+    if (c->field > SIZE_SETTING_MAX)                                                            \
+        return #field " is too large (at most 2^62 bytes)";
+    TOO_LARGE(initial_reserve_bytes)
+    TOO_LARGE(min_block_bytes)
+    TOO_LARGE(small_request_max)
+    TOO_LARGE(small_segment_bytes)
+    TOO_LARGE(large_request_min)
+    TOO_LARGE(medium_segment_bytes)
+    TOO_LARGE(segment_rounding)
+    TOO_LARGE(growth_min)
+    TOO_LARGE(growth_max)
+    TOO_LARGE(vmm_reserve_bytes)
+    TOO_LARGE(cache_small_max)
+    TOO_LARGE(cache_large_min)
+    TOO_LARGE(fixed_block_bytes)
+#undef TOO_LARGE
+    return NULL;
+}
+
 gm_status config_resolve(const gm_backend *be, const gm_config *in, gm_config *out, char *why,
                          size_t why_len)
 {
@@ -691,8 +719,10 @@ gm_status config_resolve(const gm_backend *be, const gm_config *in, gm_config *o
     if (!c->defrag_step_ns)
         c->defrag_step_ns = GM_DEFRAG_DEFAULT_STEP_NS;
 
-    const char *bad = NULL;
-    if ((unsigned)c->strategy >= GM_STRATEGY_COUNT)
+    const char *bad = size_too_large(c);
+    if (bad)
+        ;
+    else if ((unsigned)c->strategy >= GM_STRATEGY_COUNT)
         bad = "strategy: unknown value";
     else if ((unsigned)c->segments >= GM_SEGMENTS_COUNT)
         bad = "segments: unknown value";

@@ -291,8 +291,8 @@ static inline void bmap_erase(block_map *m, size_t j)
 typedef struct block_chunk block_chunk;
 
 /* The live map is sharded, each shard under its own spin lock, so that the lock-free path
- * (tcache.c) can find and file blocks without the pool lock. Lock order: pool, then tcache,
- * then shard. */
+ * (tcache.c) can find and file blocks without the pool lock. Lock order: registry (tcache.c's
+ * list of thread caches), then pool, then shard; a thread cache has no lock of its own. */
 enum { LIVE_SHARDS = 64 };
 typedef struct live_shard {
     _Alignas(64) atomic_flag lock;
@@ -443,6 +443,8 @@ struct gm_pool {
     gm_error_fn error_fn;
     void *error_user;
     char error_text[1024];
+    bool error_fresh; /* error_text was written by the call in progress (pool_fail_locked);
+                         pool_unlock clears it, so no failure reports an older message */
 };
 
 /* --- pool.c --- */

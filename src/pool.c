@@ -42,6 +42,7 @@ struct block_chunk {
 
 static _Thread_local char tls_error[1024];
 static _Thread_local const gm_pool *tls_error_pool;
+static _Thread_local uint64_t tls_error_at; /* backend_error_tick when tls_error was written */
 
 /* ---------------------------------------------------------------- errors */
 
@@ -51,6 +52,7 @@ GM_COLD gm_status fail_no_pool(gm_status st, const char *fn, const char *what)
     if (snprintf(tls_error, sizeof tls_error, "%s: %s", fn, what) < 0)
         tls_error[0] = '\0';
     tls_error_pool = NULL;
+    tls_error_at = backend_error_tick();
     return st;
 }
 
@@ -60,6 +62,7 @@ gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(pool->error_text, sizeof pool->error_text, fmt, ap);
     va_end(ap);
+    pool->error_fresh = true;
     return st;
 }
 
@@ -69,11 +72,16 @@ gm_status pool_unlock(gm_pool *pool, gm_status st)
     gm_error_fn fn = NULL;
     void *user = NULL;
     if (st != GM_OK) {
+        if (!pool->error_fresh) /* never an earlier call's message */
+            snprintf(pool->error_text, sizeof pool->error_text,
+                     "gpumem: %s (the failing step recorded no detail)", gm_status_str(st));
         memcpy(tls_error, pool->error_text, sizeof tls_error);
         tls_error_pool = pool;
+        tls_error_at = backend_error_tick();
         fn = pool->error_fn;
         user = pool->error_user;
     }
+    pool->error_fresh = false;
     gm_mutex_unlock(&pool->lock);
     if (fn)
         fn(user, st, tls_error);
@@ -82,6 +90,11 @@ gm_status pool_unlock(gm_pool *pool, gm_status st)
 
 const char *gm_last_error(gm_pool *pool)
 {
+    if (!pool && backend_error_newer(tls_error_at)) { /* e.g. a backend that did not open */
+        snprintf(tls_error, sizeof tls_error, "%s", gm_backend_last_error());
+        tls_error_pool = NULL;
+        tls_error_at = backend_error_tick();
+    }
     if (!pool || tls_error_pool == pool)
         return tls_error;
     gm_mutex_lock(&pool->lock);
@@ -834,6 +847,10 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
         gm_heap *h = heap_of_locked(pool, NULL);
         gm_arena *a = h ? &h->arenas[ARENA_LARGE] : NULL;
         st = a ? GM_OK : GM_ERR_HOST_MEMORY;
+        if (st == GM_OK && initial > backend->caps.capacity)
+            st = pool_fail_locked(pool, GM_ERR_OUT_OF_MEMORY,
+                                  "initial_reserve_bytes %zu exceeds device capacity %zu", initial,
+                                  backend->caps.capacity);
         if (st == GM_OK && initial > pool->limit)
             st = pool_fail_locked(pool, GM_ERR_OUT_OF_MEMORY,
                                   "initial_reserve_bytes %zu exceeds the reserve limit %zu",
@@ -855,7 +872,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
         gm_mutex_unlock(&pool->lock);
         if (st != GM_OK) {
             if (snprintf(why, sizeof why, "initial reserve of %zu bytes failed: %s", initial,
-                         pool->error_text[0] ? pool->error_text : gm_backend_last_error()) < 0)
+                         pool->error_fresh ? pool->error_text : gm_backend_last_error()) < 0)
                 why[0] = '\0';
             gm_pool_destroy_force(pool);
             return fail_no_pool(st, "gm_pool_create", why);
@@ -1003,10 +1020,16 @@ static GM_COLD gm_status fail_oom_locked(gm_pool *pool, size_t size, gm_stream s
 /* The out-of-memory ladder (DESIGN.md §2, issue 5): each step frees what it can and the
  * allocation is retried. 1 evict the cache; 2 wait for pending frees and release wholly free
  * segments and idle pages; 3 defragment (the hook the defragmentation layer fills); 4 the
- * program's callback, with the lock dropped, at most GM_OOM_RETRIES times; 5 fail. */
-static GM_COLD gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t size,
+ * program's callback, with the lock dropped, at most GM_OOM_RETRIES times; 5 fail.
+ * While the lock is dropped the program may allocate on a new stream, which moves the heaps
+ * (heap_add_locked): *ap is found again by its heap's index afterwards (heaps are never
+ * removed while the pool lives), and the caller must use *ap, not a copy taken before. */
+static GM_COLD gm_status oom_ladder_locked(gm_pool *pool, gm_arena **ap, size_t size,
                                            size_t granted, gm_stream stream, gm_block **out)
 {
+    gm_arena *a = *ap;
+    const size_t heap = (size_t)(a->heap - pool->heaps);
+    const int kind = a->kind;
     gm_status st = GM_ERR_OUT_OF_MEMORY;
     pool->oom_ladder[0]++;
     bool evicted = tcache_reclaim_locked(pool);
@@ -1029,6 +1052,7 @@ static GM_COLD gm_status oom_ladder_locked(gm_pool *pool, gm_arena *a, size_t si
         gm_mutex_unlock(&pool->lock);
         int again = fn(user, pool, size, stream);
         gm_mutex_lock(&pool->lock);
+        a = *ap = &pool->heaps[heap].arenas[kind];
         if (!again)
             break;
         drain_locked(pool); /* what the program freed, back to the device */
@@ -1081,6 +1105,23 @@ static GM_COLD gm_status alloc_refused_locked(gm_pool *pool, const gm_request *r
                                : "the request exceeds device capacity");
 }
 
+/* Whether the least growth that could serve `granted` in arena a passes the reserve limit: then
+ * the limit refused the request, not the device (a 256-byte request under reserve_limit=1M
+ * needs a 2 MiB segment or page). */
+static GM_COLD bool growth_over_limit_locked(const gm_pool *pool, const gm_arena *a,
+                                             size_t granted)
+{
+    size_t need = pool->granularity; /* VMM: at least one page */
+    if (pool->cfg.segments != GM_SEGMENTS_VMM) {
+        size_t seg = a->ops->segment_size(pool, a, granted);
+        size_t exact = round_up(granted, pool->cfg.segment_rounding);
+        need = seg < exact ? seg : exact; /* grow_plain_locked falls back to the exact size */
+    }
+    if (need < granted)
+        need = granted;
+    return need > pool->limit || pool->reserved_bytes > pool->limit - need;
+}
+
 /* The arena had no block for the request: the out-of-memory ladder, then the failure with its
  * message. GM_OK with *out set if the ladder found a block. */
 static GM_COLD gm_status alloc_missed_locked(gm_pool *pool, gm_arena *a, const gm_request *rq,
@@ -1088,13 +1129,17 @@ static GM_COLD gm_status alloc_missed_locked(gm_pool *pool, gm_arena *a, const g
 {
     size_t size = rq->size, granted = rq->granted;
     if (st == GM_ERR_OUT_OF_MEMORY)
-        st = oom_ladder_locked(pool, a, size, granted, stream, out);
+        st = oom_ladder_locked(pool, &a, size, granted, stream, out);
     if (st == GM_ERR_OUT_OF_MEMORY)
         return fail_oom_locked(pool, size, stream,
-                               pool->reserved_bytes + granted > pool->limit
+                               growth_over_limit_locked(pool, a, granted)
                                    ? "the reserve limit is reached"
                                    : "the device is full");
-    if (st != GM_OK && (!pool->error_text[0] || st == GM_ERR_BACKEND))
+    if (st == GM_OK)
+        pool->error_fresh = false; /* what a step of the ladder recorded is not this call's */
+    else if (st == GM_ERR_HOST_MEMORY && !pool->error_fresh)
+        pool_fail_locked(pool, st, "gm_alloc: host memory exhausted");
+    else if (st != GM_ERR_HOST_MEMORY && (!pool->error_fresh || st == GM_ERR_BACKEND))
         pool_fail_locked(pool, st, "gm_alloc: device call failed: %s", gm_backend_last_error());
     return st;
 }

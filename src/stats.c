@@ -234,13 +234,14 @@ gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
     if (!pool || !write)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_snapshot", "pool or writer is NULL");
     json_out *j = malloc(sizeof *j);
+    gm_mutex_lock(&pool->lock);
     if (!j)
-        return GM_ERR_HOST_MEMORY;
+        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
+                                                  "gm_pool_snapshot: host memory exhausted"));
     j->write = write;
     j->user = user;
     j->len = 0;
     j->failed = false;
-    gm_mutex_lock(&pool->lock);
     tcache_stop_world_locked(pool);
     gm_stats st;
     fill_stats_locked(pool, &st);
@@ -260,10 +261,12 @@ gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
     json_put(j, "}\n");
     json_flush(j);
     tcache_start_world_locked(pool);
-    gm_mutex_unlock(&pool->lock);
     bool failed = j->failed;
     free(j);
-    return failed ? GM_ERR_ABORTED : GM_OK;
+    return pool_unlock(pool, failed ? pool_fail_locked(pool, GM_ERR_ABORTED,
+                                                       "gm_pool_snapshot: the writer returned "
+                                                       "nonzero; the snapshot stopped there")
+                                    : GM_OK);
 }
 
 /* ---------------------------------------------------------------- check */
@@ -378,7 +381,9 @@ static gm_status check_arena(gm_pool *pool, const gm_arena *a, recount *rc)
     size_t free_before = rc->free_blocks, spans = 0, span_bytes = 0;
     uint32_t *users = NULL;
     if (a->pages && !(users = calloc(a->page_count, sizeof *users)))
-        return GM_ERR_HOST_MEMORY;
+        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
+                                "gm_pool_check: host memory exhausted (a recount of %zu pages)",
+                                a->page_count);
     gm_status st = GM_OK;
     for (const gm_span *s = a->spans; s && st == GM_OK; s = s->next) {
         spans++;

@@ -25,8 +25,9 @@
  * its cache by the pool's process-unique id, never by address, so a cache of a destroyed pool
  * is never used again.
  *
- * Whole-pool operations (stats, snapshot, check, trim, the OOM ladder) stop the world: they take
- * every cache's lock and every shard's lock, in that order, under the pool lock.
+ * Whole-pool operations (stats, snapshot, check, trim, the OOM ladder) stop the world: under the
+ * pool lock they take every shard's lock (tcache_stop_world_locked). A cache has no lock of its
+ * own: its entries change only under the shard lock of their block.
  *
  * Bounds: fast alloc and free O(1): an allocation looks only at the entries whose granted size
  * has the request's hash (a 64-bit set of entry indices per hash), newest index first.

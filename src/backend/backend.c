@@ -13,6 +13,9 @@
 
 enum { ERROR_TEXT_BYTES = 512 };
 static _Thread_local char backend_error_text[ERROR_TEXT_BYTES];
+/* This thread's error clock: when the backend message above was written (backend_error_at), so
+ * that gm_last_error(NULL) can tell whether it is newer than the pool layer's message. */
+static _Thread_local uint64_t error_clock, backend_error_at;
 
 void backend_init(gm_backend *b, const gm_backend_ops *ops, const gm_backend_caps *caps)
 {
@@ -37,7 +40,18 @@ gm_status backend_set_error(gm_status st, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(backend_error_text, sizeof backend_error_text, fmt, ap);
     va_end(ap);
+    backend_error_at = ++error_clock;
     return st;
+}
+
+uint64_t backend_error_tick(void)
+{
+    return ++error_clock;
+}
+
+bool backend_error_newer(uint64_t than)
+{
+    return backend_error_at > than;
 }
 
 const char *gm_backend_last_error(void)

@@ -33,7 +33,7 @@ typedef struct gm_backend_caps {
     int ordinal;            /* device index (gm_device_info.ordinal) */
 } gm_backend_caps;
 
-/* The backend's part of a gm_ipc_handle (src/ipc.c builds the rest around it): what another
+/* The backend's part of a gm_ipc_handle (src/share.c builds the rest around it): what another
  * process needs to open an export -- sim: shared-memory file descriptors; cuda: a
  * cuIpcMemHandle, or the exporter's file descriptors of VMM shareable handles. */
 enum { IPC_BLOB_BYTES = 128 };
@@ -120,6 +120,11 @@ void backend_charge(gm_backend *b, gm_call kind, uint64_t ns);
 /* Record a backend error message for this thread (printf-style); returns `st`. */
 gm_status backend_set_error(gm_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* This thread's error clock, which backend_set_error advances too: the pool layer stamps its
+ * own messages with a tick, and gm_last_error(NULL) returns the backend's message when it is
+ * newer (a failed gm_cuda_backend_create has no pool to record it). */
+uint64_t backend_error_tick(void);
+bool backend_error_newer(uint64_t than);
 
 /* IPC helpers shared by the backends (backend.c). A manifest is a small sealed memfd whose bytes
  * say what an export is: another process of the same user reads it through /proc/PID/fd/FD,
