@@ -47,8 +47,9 @@ core = Extension(
 
 
 def torch_extension():
-    """(Extension, build_ext class) of gpumem.torch, or None when torch is not importable."""
-    if importlib.util.find_spec("torch") is None:
+    """(Extension, build_ext class) of gpumem.torch, or None when torch is not importable (or
+    GPUMEM_NO_TORCH is set: a build of the core and CuPy parts only)."""
+    if os.environ.get("GPUMEM_NO_TORCH") or importlib.util.find_spec("torch") is None:
         return None
     spec = importlib.util.spec_from_file_location(
         "gpumem_torch_ext", os.path.join(ROOT, "integrations", "torch", "torch_ext.py"))

@@ -84,12 +84,28 @@ def _load():
                              ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, sz]),
     }
     for name, (res, args) in sigs.items():
+        if name.startswith("gmpy_") and not hasattr(lib, name):
+            continue  # GPUMEM_LIBRARY without the package's glue: Pool and replay say so
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
     return lib, path
 
 
-_lib, _path = _load()
+class _Missing:
+    """Stands for the shared object when it cannot be loaded, so that `import gpumem` (and its
+    subpackage gpumem.torch, which has its own extension) still works; any use says why."""
+
+    def __init__(self, error):
+        self._error = error
+
+    def __getattr__(self, name):
+        raise ImportError(str(self._error))
+
+
+try:
+    _lib, _path = _load()
+except (ImportError, OSError) as _e:
+    _lib, _path = _Missing(_e), None
 SUMMARY_BYTES = 8192  # GM_SUMMARY_BYTES
 _WRITE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
 
@@ -108,6 +124,12 @@ def _check(status, pool=None, what="gpumem"):
     if status == INVALID_ARGUMENT and pool is None:
         raise ValueError("%s: %s" % (what, msg or name))
     raise GpumemError(name, msg)
+
+
+def _need_glue():
+    if not hasattr(_lib, "gmpy_open"):
+        raise GpumemError("unsupported", "%s lacks the package's glue (gmpy_*): use the package's "
+                          "own shared object (unset GPUMEM_LIBRARY)" % _path)
 
 
 def version():
@@ -141,6 +163,7 @@ class Pool:
     done: closing with live blocks raises GpumemError unless ``force``."""
 
     def __init__(self, backend="sim", device=0, conf=""):
+        _need_glue()
         b, p = ctypes.c_void_p(), ctypes.c_void_p()
         _check(_lib.gmpy_open(backend.encode(), int(device), conf.encode(), ctypes.byref(b),
                               ctypes.byref(p)), None, "gpumem.Pool(%r, conf=%r)" % (backend, conf))
@@ -216,6 +239,7 @@ class Pool:
 
 
 def _stats(pool):
+    _need_glue()
     buf = ctypes.create_string_buffer(4096)
     n = _lib.gmpy_stats_json(pool, buf, len(buf))
     if not n:
@@ -295,6 +319,7 @@ def replay(trace, conf="", backend="sim", device=0):
     from C (no Python between two of them); returns a dict: ops, peak_live_bytes,
     peak_reserved_bytes, reserved_over_live, oom_count, host_ns, ns_per_op, stats (at the end;
     peaks included). ``conf``: settings text, as for Pool."""
+    _need_glue()
     t = read_trace(trace) if isinstance(trace, str) else trace
     n = len(t["kind"])
     if n == 0:

@@ -51,8 +51,9 @@ def _current_stream_fn():
         except (ImportError, AttributeError):
             continue
         cap = capi.get("get_current_stream_ptr")
-        if cap is not None:
-            return get_ptr(cap, get_name(cap))
+        name = get_name(cap) if cap is not None else None
+        if name and name.replace(b" ", b"").startswith(b"intptr_t(void)"):  # no arguments
+            return get_ptr(cap, name)
     return None
 
 
