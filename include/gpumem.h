@@ -662,6 +662,14 @@ GM_API gm_status gm_pool_stats(gm_pool *pool, gm_stats *out);
 /* Reset every peak to the current value. Thread-safe. */
 GM_API gm_status gm_pool_reset_peaks(gm_pool *pool);
 
+/* Change the pool's cap on reserved bytes at run time (gm_config.reserve_limit_bytes and
+ * reserve_limit_fraction; 0 and 0.0 = no cap; the smaller applies; PyTorch's
+ * set_per_process_memory_fraction). Later growth respects the new cap; bytes already reserved
+ * above it stay until gm_trim or the out-of-memory ladder gives free ones back, and live blocks
+ * are never touched. Fails: GM_ERR_INVALID_ARGUMENT (pool NULL, fraction outside [0, 1]), the
+ * cap unchanged. Thread-safe. */
+GM_API gm_status gm_pool_set_reserve_limit(gm_pool *pool, size_t bytes, double fraction);
+
 /* A sink for text output; returns 0 on success, nonzero to stop the producer. */
 typedef int (*gm_write_fn)(void *user, const char *data, size_t len);
 

@@ -1415,3 +1415,18 @@ gm_status gm_pool_reset_peaks(gm_pool *pool)
     pool->peak_reserved = pool->reserved_bytes;
     return pool_unlock(pool, GM_OK);
 }
+
+gm_status gm_pool_set_reserve_limit(gm_pool *pool, size_t bytes, double fraction)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_set_reserve_limit", "pool is NULL");
+    gm_mutex_lock(&pool->lock);
+    if (!(fraction >= 0.0 && fraction <= 1.0))
+        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
+                                                  "gm_pool_set_reserve_limit: fraction %g is "
+                                                  "not in [0, 1] (0 = no cap)", fraction));
+    pool->cfg.reserve_limit_bytes = bytes;
+    pool->cfg.reserve_limit_fraction = fraction;
+    pool->limit = effective_limit(&pool->cfg, pool->backend->caps.capacity);
+    return pool_unlock(pool, GM_OK);
+}

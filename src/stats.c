@@ -458,8 +458,9 @@ gm_status pool_check_locked(gm_pool *pool)
         return CORRUPT("reserved %zu bytes in %zu segments counted, %zu in %zu found",
                        pool->reserved_bytes, pool->segment_count, rc.reserved, segments);
     if (pool->peak_live < t.live_bytes || pool->peak_reserved < pool->reserved_bytes ||
-        pool->peak_allocated < t.allocated_bytes || pool->reserved_bytes > pool->limit)
-        return CORRUPT("a peak is below its current value, or reserved exceeds the limit");
+        pool->peak_allocated < t.allocated_bytes)
+        return CORRUPT("a peak is below its current value");
+    /* Reserved bytes may exceed the limit: gm_pool_set_reserve_limit may lower it below them. */
     free_summary fs;
     free_summary_locked(pool, &fs);
     if (fs.total != pool->reserved_bytes - t.allocated_bytes - rc.pending_bytes)
