@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""gpumem's PyTorch backend beside PyTorch's allocators on a GPU (docs/benchmarks.md).
+
+    python3 integrations/torch/gpu_bench_backend.py [--reps 2] [--steps 14] [--warmup 4]
+
+Three allocators -- PyTorch's default, PyTorch with expandable_segments:True, and gpumem
+(gpumem.torch.enable(), library defaults) -- on three workloads, each run in its own process,
+interleaved (rep 1: every allocator on every workload, then rep 2, ...):
+
+  gpt2     GPT-2 small training (gpt2_train of tools/torch_record_traces.py, as
+           gpu_train_check.py trains it: AdamW, bf16 autocast, batch 2-16 x sequence 64-1024),
+           deterministic settings, losses compared bit for bit
+  dyn      dynamic shapes: a 6-layer transformer encoder (d=768), batch 4-64 x sequence 16-512
+           drawn per step, training (the BERT fine-tuning shape of issue 17)
+  side     a side stream: a conv net trained on batches that a side stream copies from pinned
+           host memory and hands over with record_stream (the ResNet prefetch loop)
+
+Per run: median step time after the warm-up, peak reserved (max_memory_reserved) and peak live
+(max_memory_allocated); per workload and allocator the median of the runs' medians, and the
+ratio to PyTorch's default. Then the largest batch of `dyn` at its longest sequence that trains
+under set_per_process_memory_fraction(--fraction), by binary search, per allocator.
+The last line is a JSON summary.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+ALLOCATORS = ["default", "expandable", "gpumem"]
+WORKLOADS = ["gpt2", "dyn", "side"]
+
+
+def start(allocator):
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if allocator == "expandable":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    if allocator == "gpumem":
+        try:  # installed (pip install --no-build-isolation .)
+            import gpumem.torch
+        except ImportError:  # built in place under python/
+            sys.path.insert(0, os.path.join(ROOT, "python"))
+            import gpumem.torch
+        gpumem.torch.enable()
+    import torch
+    torch.cuda.init()
+    torch.manual_seed(0)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cuda.enable_flash_sdp(False)
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
+    if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    return torch
+
+
+def dyn_model(torch):
+    layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, batch_first=True, dropout=0.0)
+    m = torch.nn.Sequential(torch.nn.Embedding(30522, 768),
+                            torch.nn.TransformerEncoder(layer, 6, enable_nested_tensor=False),
+                            torch.nn.Linear(768, 2)).cuda()
+    return m, torch.optim.AdamW(m.parameters(), lr=1e-4)
+
+
+def dyn_step(torch, m, opt, bs, sl):
+    x = torch.randint(0, 30522, (bs, sl), device="cuda")
+    y = torch.randint(0, 2, (bs,), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = torch.nn.functional.cross_entropy(m(x)[:, 0, :].float(), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
+
+
+def run_workload(torch, name, steps):
+    g = torch.Generator().manual_seed(1)
+    times, losses = [], []
+    if name == "gpt2":
+        sys.path.insert(0, HERE)
+        from gpu_train_check import gpt2_setup, gpt2_shape, gpt2_step
+        m, opt, g = gpt2_setup(torch, "cuda")
+        step = lambda: gpt2_step(torch, m, opt, *gpt2_shape(torch, g), "cuda")  # noqa: E731
+    elif name == "dyn":
+        m, opt = dyn_model(torch)
+
+        def step():
+            bs = int(torch.randint(4, 65, (1,), generator=g))
+            sl = int(torch.randint(16, 513, (1,), generator=g))
+            return dyn_step(torch, m, opt, bs, sl)
+    else:
+        m = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(64, 128, 3, padding=1),
+            torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Conv2d(128, 256, 3, padding=1), torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(256, 10)).cuda()
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        side = torch.cuda.Stream()
+        host = [torch.randn(64, 3, 128, 128, generator=g).pin_memory() for _ in range(4)]
+        labels = torch.randint(0, 10, (64,), generator=g).cuda()
+        state = {"i": 0}
+
+        def step():
+            with torch.cuda.stream(side):
+                x = host[state["i"] % 4].to("cuda", non_blocking=True)
+            state["i"] += 1
+            torch.cuda.current_stream().wait_stream(side)
+            x.record_stream(torch.cuda.current_stream())
+            loss = torch.nn.functional.cross_entropy(m(x), labels)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss
+    torch.cuda.synchronize()
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        loss = step()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+        losses.append(float(loss.detach().float().item()).hex())
+    return times, losses
+
+
+def worker_run(allocator, name, steps, warmup):
+    torch = start(allocator)
+    times, losses = run_workload(torch, name, steps)
+    return {"allocator": allocator, "workload": name, "median_ms": statistics.median(times[warmup:]),
+            "ms": times, "losses": losses, "peak_reserved": torch.cuda.max_memory_reserved(),
+            "peak_live": torch.cuda.max_memory_allocated()}
+
+
+def worker_maxbatch(allocator, fraction):
+    torch = start(allocator)
+    torch.cuda.set_per_process_memory_fraction(fraction)
+    m, opt = dyn_model(torch)
+
+    def fits(bs):
+        try:
+            for _ in range(2):
+                dyn_step(torch, m, opt, bs, 512)
+            torch.cuda.synchronize()
+            return True
+        except torch.OutOfMemoryError:
+            opt.zero_grad(set_to_none=True)
+            return False
+        finally:
+            torch.cuda.empty_cache()
+    lo, hi = 0, 1
+    while fits(hi):
+        lo, hi = hi, hi * 2
+        if hi > 8192:
+            break
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return {"allocator": allocator, "fraction": fraction, "max_batch": lo}
+
+
+def main():
+    a = sys.argv[1:]
+    if a[:1] == ["--worker"]:
+        if a[1] == "maxbatch":
+            res = worker_maxbatch(a[2], float(a[3]))
+        else:
+            res = worker_run(a[1], a[2], int(a[3]), int(a[4]))
+        print("RESULT " + json.dumps(res))
+        sys.stdout.flush()
+        os._exit(0)
+
+    def opt(name, default):
+        return type(default)(a[a.index(name) + 1]) if name in a else default
+    reps, steps, warmup, fraction = opt("--reps", 2), opt("--steps", 14), opt("--warmup", 4), opt("--fraction", 0.03)
+    workloads = opt("--workloads", ",".join(WORKLOADS)).split(",")
+    runs = []
+
+    def sub(args):
+        p = subprocess.run([sys.executable, __file__, "--worker"] + args, capture_output=True, text=True,
+                           timeout=900)
+        for line in p.stdout.splitlines():
+            if line.startswith("RESULT "):
+                return json.loads(line[7:])
+        sys.stderr.write(p.stderr[-3000:])
+        return {"error": "worker failed", "args": args}
+    for r in range(reps):
+        for w in workloads:
+            for al in ALLOCATORS:
+                res = sub([al, w, str(steps), str(warmup)])
+                res["rep"] = r
+                runs.append(res)
+                print("RUN " + json.dumps({k: v for k, v in res.items() if k not in ("ms", "losses")}))
+                sys.stdout.flush()
+    summary = {}
+    for w in workloads:
+        rows = {}
+        for al in ALLOCATORS:
+            rs = [x for x in runs if x.get("workload") == w and x.get("allocator") == al and "median_ms" in x]
+            if not rs:
+                continue
+            rows[al] = {"median_ms": statistics.median(x["median_ms"] for x in rs),
+                        "peak_reserved": max(x["peak_reserved"] for x in rs),
+                        "peak_live": max(x["peak_live"] for x in rs),
+                        "losses": rs[0]["losses"]}
+            rows[al]["reserved_over_live"] = rows[al]["peak_reserved"] / max(rows[al]["peak_live"], 1)
+        base = rows.get("default")
+        for al, row in rows.items():
+            if base and "losses" in base:
+                row["time_vs_default"] = row["median_ms"] / base["median_ms"]
+                row["losses_identical_to_default"] = row["losses"] == base["losses"]
+        for row in rows.values():
+            row.pop("losses", None)
+        summary[w] = rows
+    if "--no-maxbatch" not in a:
+        summary["max_batch_dyn_seq512"] = {al: sub(["maxbatch", al, str(fraction)]) for al in ALLOCATORS}
+    print(json.dumps(summary, indent=1))
+    if "--json" in a:
+        with open(a[a.index("--json") + 1], "w") as f:
+            json.dump({"summary": summary, "runs": runs}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

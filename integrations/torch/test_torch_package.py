@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""CI check of gpumem.torch without a GPU (torch may be missing): the package imports without
+torch, says clearly what is missing, the launcher's usage, and torch_ext's list of the
+library's C sources (CMakeLists.txt's GM_SOURCES, every file present). The allocator itself is
+checked on a GPU by gpu_check_backend.py (docs/torch.md).
+
+    python3 test_torch_package.py ROOT
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+ROOT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
+                       os.path.join(os.path.dirname(__file__), "..", ".."))
+failed = 0
+
+
+def check(cond, what):
+    global failed
+    if not cond:
+        failed += 1
+        print("FAILED: " + what)
+
+
+# gpumem.torch on its own: the package `gpumem` (python/gpumem/__init__.py) loads its shared
+# object, which only `pip install` builds; this module needs nothing of it until enable().
+spec = importlib.util.spec_from_file_location(
+    "gpumem_torch_under_test", os.path.join(ROOT, "python", "gpumem", "torch", "__init__.py"))
+gmt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gmt)
+
+check("torch" not in sys.modules, "importing gpumem.torch imported torch")
+for name in ("enable", "enabled", "stats", "snapshot", "trim", "last_error", "GpumemError"):
+    check(hasattr(gmt, name), "gpumem.torch lacks " + name)
+have_torch = importlib.util.find_spec("torch") is not None
+if not have_torch:
+    try:
+        gmt.enable()
+        check(False, "enable() without the extension did not fail")
+    except gmt.GpumemError as e:
+        msg = str(e)
+        check("PyTorch" in msg and "not installed" in msg, "unclear message: " + msg)
+    check(gmt.enabled() is False, "enabled() without the extension")
+
+launcher = os.path.join(ROOT, "python", "gpumem", "torch", "__main__.py")
+p = subprocess.run([sys.executable, launcher, "--help"], capture_output=True, text=True)
+check(p.returncode == 0 and "usage: python -m gpumem.torch" in p.stdout, "--help: %r" % (p,))
+p = subprocess.run([sys.executable, launcher], capture_output=True, text=True)
+check(p.returncode == 2 and "usage" in p.stdout, "no arguments: %r" % (p,))
+
+sys.path.insert(0, os.path.join(ROOT, "integrations", "torch"))
+import torch_ext  # noqa: E402
+
+srcs = torch_ext.c_sources(ROOT)
+with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+    body = f.read().split("set(GM_SOURCES", 1)[1].split(")", 1)[0]
+want = [os.path.join(ROOT, t) for t in body.split() if t.endswith(".c")]
+check(srcs == want, "torch_ext.c_sources differs from GM_SOURCES")
+check(all(os.path.isfile(s) for s in srcs), "a C source is missing")
+check("-std=c11" in torch_ext.C_FLAGS, "C sources not compiled as C11")
+check(torch_ext.EXT_NAME == "gpumem.torch._C", "extension name")
+
+print("%s (torch %s)" % ("FAILED" if failed else "ok", "present" if have_torch else "absent"))
+sys.exit(1 if failed else 0)

@@ -1,0 +1,102 @@
+"""gpumem as PyTorch's CUDA allocator: a native backend (docs/torch.md).
+
+    import gpumem.torch
+    gpumem.torch.enable()             # before CUDA starts in this process
+    import torch
+    x = torch.randn(4096, 4096, device="cuda")   # served by gpumem
+    print(torch.cuda.memory_stats()["allocated_bytes.all.current"], gpumem.torch.stats())
+
+or, with no change to a script:
+
+    python -m gpumem.torch train.py ARGS
+
+``enable()`` installs ``gpumem.torch._C`` (a C++ subclass of PyTorch's CUDAAllocator over
+libgpumem, built by the root setup.py when torch is importable) as PyTorch's allocator:
+every CUDA tensor, CUDA-graph pool and ``raw_alloc`` comes from gpumem, and PyTorch's own memory
+tools (memory_stats, memory_summary, empty_cache, set_per_process_memory_fraction,
+memory_snapshot, _record_memory_history) report it. ``stats()``, ``snapshot()`` and ``trim()``
+give gpumem's own view.
+"""
+
+import json
+import os
+
+__all__ = ["enable", "enabled", "stats", "snapshot", "trim", "last_error", "GpumemError"]
+
+
+class GpumemError(RuntimeError):
+    """gpumem.torch cannot do what was asked (the message says why)."""
+
+
+def _ext():
+    try:
+        import torch  # noqa: F401  (the extension links against libtorch: load it first)
+    except ImportError as e:
+        raise GpumemError("gpumem.torch needs PyTorch, which is not installed (%s)" % e) from e
+    try:
+        from . import _C
+    except ImportError as e:
+        raise GpumemError(
+            "gpumem.torch._C is not built (%s). Build it with `pip install --no-build-isolation .` "
+            "from the gpumem checkout, with torch installed (docs/torch.md)." % e) from e
+    return _C
+
+
+def enable(conf=None):
+    """Make gpumem PyTorch's CUDA allocator for the rest of the process.
+
+    Call it before CUDA is initialized (before the first CUDA tensor or torch.cuda.init());
+    PyTorch cannot swap an allocator that was used, and this raises GpumemError then.
+    ``conf``: settings in GPUMEM_CONF syntax ("segments=vmm,reserve_limit=60GiB"); None reads
+    $GPUMEM_CONF. A given ``conf`` is also exported as GPUMEM_CONF, so child processes that
+    enable gpumem get the same settings. A bad setting raises ValueError naming it.
+    Calling it again with the same settings does nothing; other settings raise GpumemError."""
+    C = _ext()
+    import torch
+    if conf is None:
+        conf = os.environ.get("GPUMEM_CONF", "")
+    conf = conf.strip()
+    if C.installed():
+        if C.conf() == conf:
+            return
+        raise GpumemError("gpumem.torch is already enabled with GPUMEM_CONF=%r; cannot switch to %r"
+                          % (C.conf(), conf))
+    if torch.cuda.is_initialized():
+        raise GpumemError(
+            "gpumem.torch.enable() must run before CUDA is initialized in this process: PyTorch "
+            "cannot swap an allocator that was used. Call it first, or run the script with "
+            "`python -m gpumem.torch script.py`.")
+    C.check_conf(conf)  # ValueError before anything changes
+    C.install(conf)
+    if conf:
+        os.environ["GPUMEM_CONF"] = conf
+
+
+def enabled():
+    """True once enable() has installed gpumem as PyTorch's allocator in this process."""
+    try:
+        return _ext().installed()
+    except GpumemError:
+        return False
+
+
+def stats(device=0):
+    """gpumem's statistics of the device's pool (gm_stats) as a dict: live, allocated,
+    reserved bytes and their peaks, segments, fragmentation, cache, device calls by kind."""
+    return _ext().stats(int(device))
+
+
+def snapshot(device=0):
+    """Every segment and block of the device's pool (docs/api.md's snapshot format)."""
+    return json.loads(_ext().snapshot_json(int(device)))
+
+
+def trim(keep=0, device=0):
+    """Give free device memory of the device's pool back until at most ``keep`` bytes stay
+    reserved (torch.cuda.empty_cache() is trim(0) on every device)."""
+    _ext().trim(int(device), int(keep))
+
+
+def last_error(device=0):
+    """The last message gpumem recorded for the device's pool ("" if none)."""
+    return _ext().last_error(int(device))
