@@ -92,9 +92,10 @@ static gm_stream current_stream(gmpy_cupy *c)
 
 static void raise_oom(gmpy_cupy *c, gm_pool *pool, size_t size)
 {
+    char why[1024]; /* copied first: a later call may replace the pool's message */
+    snprintf(why, sizeof why, "%s", gm_last_error(pool));
     gm_stats st;
     size_t reserved = gm_pool_stats(pool, &st) == GM_OK ? st.reserved_bytes : 0;
-    const char *why = gm_last_error(pool);
     PyObject *exc = c->oom_error ? PyObject_CallFunction(c->oom_error, "nn", (Py_ssize_t)size,
                                                          (Py_ssize_t)reserved)
                                  : NULL;
