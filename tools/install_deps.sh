@@ -19,9 +19,11 @@ build|test)
     if [ "$what" = test ]; then
         command -v python3 >/dev/null 2>&1 || need="$need python3"
         python3 -m pip --version >/dev/null 2>&1 || need="$need python3-pip"
-        for m in setuptools wheel; do # for the python3 on PATH (maybe not Debian's): pip
+        for m in setuptools wheel; do # for the python3 on PATH: Debian's by apt, another by pip
             python3 -c "import $m" >/dev/null 2>&1 && continue
-            if python3 -m pip --version >/dev/null 2>&1; then
+            if ! python3 -c 'import sys; sys.exit(sys.prefix == "/usr")' 2>/dev/null; then
+                need="$need python3-$m" # the system Python (pip refuses it: PEP 668)
+            elif python3 -m pip --version >/dev/null 2>&1; then
                 echo "install_deps: pip install $m" >&2
                 python3 -m pip install --quiet --disable-pip-version-check "$m" || exit 1
             else
