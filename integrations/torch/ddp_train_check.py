@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
 """GPT-2 small with DistributedDataParallel on 2 GPUs over NCCL: gpumem vs PyTorch's allocator.
 
-Run from the repository root on a machine with 2 or more GPUs, after building (docs/torch.md,
+Run from the repository root on a machine with 2 or more GPUs, after installing (docs/torch.md,
 docs/multi-gpu.md):
 
-    cmake -S . -B bgpu && cmake --build bgpu -j16
-    python3 integrations/torch/ddp_train_check.py --build bgpu
+    pip install --no-build-isolation --no-deps .
+    python3 integrations/torch/ddp_train_check.py
 
 With fewer than 2 GPUs (or without PyTorch) it says so and exits 0: there is nothing to compare.
 
 Each configuration is one worker process (this script with --worker) that starts 2 ranks with
 torch.multiprocessing (rank r on GPU r, NCCL over the env:// rendezvous on localhost):
   default   PyTorch's own caching allocator in both ranks
-  gpumem    gpumem.torch.enable() in both ranks (pool mode; one gpumem pool per rank's device)
+  gpumem    gpumem.torch.enable() in both ranks (the native backend; one gpumem pool per device)
   control   PyTorch's allocator again: if it differs from `default`, the workload is not
             deterministic here and the loss comparison proves nothing (said so)
 
@@ -45,9 +45,10 @@ def rank_main(rank, args, port, out_prefix):
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                        "RANK": str(rank), "WORLD_SIZE": str(WORLD), "LOCAL_RANK": str(rank),
                        "NCCL_NVLS_ENABLE": "0"})
-    import torch
-    torch.cuda.set_device(rank)  # gpumem's pool (enable, in setup_torch) is this device's
+    # gpumem first: set_device starts CUDA, and PyTorch cannot swap an initialized allocator.
+    # gpumem makes one pool per device, on the device's first allocation.
     torch, gmt, _ = single.setup_torch(args)
+    torch.cuda.set_device(rank)
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     dist.init_process_group("nccl", rank=rank, world_size=WORLD)
@@ -69,7 +70,7 @@ def rank_main(rank, args, port, out_prefix):
         st = gmt.stats(device=rank)
         out["gpumem"] = {k: st[k] for k in ("peak_reserved_bytes", "reserved_bytes",
                                             "peak_live_bytes", "alloc_count", "free_count",
-                                            "oom_count", "ordinal")}
+                                            "oom_count", "device")}
     dist.barrier()
     dist.destroy_process_group()
     with open("%s.rank%d" % (out_prefix, rank), "w") as f:

@@ -926,11 +926,11 @@ class GmAllocator final : public CCA::CUDAAllocator {
         PrivatePool* pp = private_locked(D, id, false);
         if (!pp) return;
         if (pp->use_count > 0) pp->use_count--;
+        if (pp->use_count == 0) pp->pinned.clear();  // no graph left to restore a checkpoint of
         if (pp->use_count == 0 && !pp->parked.empty()) {  // nobody can ask for them again
             std::vector<std::pair<void*, std::unique_ptr<Block>>> out;
             for (auto& kv : pp->parked) out.emplace_back(kv.first, std::move(kv.second));
             pp->parked.clear();
-            pp->pinned.clear();
             pp->use_count++;  // keep pp alive while the lock is dropped
             g.unlock();
             for (auto& kv : out) complete_free(D, kv.first, *kv.second);
@@ -1001,7 +1001,6 @@ class GmAllocator final : public CCA::CUDAAllocator {
             for (auto& kv : sh.map)
                 if (kv.second.priv == pp) cp->live.push_back(kv.first);
         }
-        for (auto& kv : pp->parked) cp->live.push_back(kv.first);  // owned by a checkpoint still
         for (void* p : cp->live) pp->pinned.insert(p);
         return cp;
     }

@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """GPT-2 small training with PyTorch's allocator and with gpumem: same losses? same speed?
 
-Run from the repository root on a GPU machine, after building (docs/torch.md):
+Run from the repository root on a GPU machine, after installing (docs/torch.md):
 
-    cmake -S . -B bgpu && cmake --build bgpu -j16
-    python3 integrations/torch/gpu_train_check.py --build bgpu
+    pip install --no-build-isolation --no-deps .
+    python3 integrations/torch/gpu_train_check.py
 
 Each run is its own process (this script with --worker):
   default   PyTorch's own caching allocator
-  gpumem    gpumem.torch.enable() (pool mode: a torch.cuda.MemPool over libgpumem_torch.so);
-            --modes pool,replace also runs replace mode (change_current_allocator)
+  gpumem    gpumem.torch.enable(): gpumem as PyTorch's allocator (the native backend,
+            gpumem.torch._C)
   control   PyTorch's allocator again: if it differs from `default`, the workload itself is
             not deterministic here and the loss comparison proves nothing (said so)
   oom       gpumem with reserve_limit=1GiB: a 2 GiB tensor must raise torch.OutOfMemoryError,
@@ -39,15 +39,25 @@ GiB = 1 << 30
 
 
 def find_package_dir(build):
-    """The directory holding the built gpumem package (gpumem/ with libgpumem_torch.so)."""
-    builds = [build] if build else [os.path.join(ROOT, "bgpu"), os.path.join(ROOT, "build")]
-    for b in builds:
-        d = os.path.join(os.path.abspath(b), "integrations", "torch")
-        if os.path.isfile(os.path.join(d, "gpumem", "libgpumem_torch.so")):
-            return d
-    sys.exit("gpu_train_check: no libgpumem_torch.so under %s/integrations/torch/gpumem; build "
-             "first (cmake -S . -B bgpu && cmake --build bgpu -j16) or pass --build DIR"
-             % " or ".join(builds))
+    """Where gpumem.torch comes from: "" when it is installed (pip install
+    --no-build-isolation .), else `build` or ROOT/python when gpumem/torch/_C*.so is there."""
+    import glob
+    import importlib.util
+    if not build and importlib.util.find_spec("gpumem") is not None:
+        return ""
+    d = os.path.abspath(build or os.path.join(ROOT, "python"))
+    if glob.glob(os.path.join(d, "gpumem", "torch", "_C*.so")):
+        return d
+    sys.exit("gpu_train_check: gpumem.torch._C is neither installed nor built under %s; run "
+             "`pip install --no-build-isolation --no-deps .` first (docs/torch.md)" % d)
+
+
+class Installed:
+    """What gpumem.torch.enable() installed (the old shim's handle had these fields)."""
+    routing = "native backend"
+
+    def __init__(self, device):
+        self.device = device
 
 
 # --- workers (separate processes) -----------------------------------------------------------
@@ -58,11 +68,14 @@ def setup_torch(args):
     import torch
     gmt = handle = None
     if args.allocator == "gpumem":
-        # Before CUDA starts: replace mode cannot swap an allocator that is initialized.
-        sys.path.insert(0, args.pkg)
+        # Before CUDA starts: PyTorch cannot swap an allocator that is initialized.
+        if args.pkg:
+            sys.path.insert(0, args.pkg)
         import gpumem.torch as gmt
-        handle = gmt.enable(conf=args.conf, mode=args.mode)
+        gmt.enable(conf=args.conf)
     torch.cuda.init()
+    if gmt is not None:
+        handle = Installed(torch.cuda.current_device())
     torch.manual_seed(0)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
@@ -129,7 +142,7 @@ def worker_train(args):
                     ("torch_reserved_end", torch.cuda.memory_reserved)):
         try:
             out[key] = fn()
-        except Exception as e:  # replace mode: PyTorch's stats raise
+        except Exception as e:  # PyTorch's stats must not raise: report it if they do
             out[key] = None
             out.setdefault("torch_stats_errors", []).append("%s: %s" % (key, str(e)[:200]))
     if gmt is not None:
@@ -138,10 +151,10 @@ def worker_train(args):
             "peak_reserved_bytes", "reserved_bytes", "peak_live_bytes", "live_bytes",
             "alloc_count", "free_count", "oom_count", "segments")}
         out["gpumem_routing"] = handle.routing
-        out["gpumem_conf"] = gmt.library().gm_torch_config_string().decode()
+        out["gpumem_conf"] = gmt._ext().conf()
         if out.get("torch_reserved_end"):
-            # Pool mode: every segment PyTorch holds should be a live gpumem block.
-            out["gpumem_share_of_torch_reserved"] = st["live_bytes"] / out["torch_reserved_end"]
+            # PyTorch's memory_reserved is gpumem's reserved bytes: the ratio should be 1.
+            out["gpumem_share_of_torch_reserved"] = st["reserved_bytes"] / out["torch_reserved_end"]
     return out
 
 
@@ -261,11 +274,12 @@ def step_ms(res, warmup):
 def main_orchestrate(args):
     pkg = find_package_dir(args.build)
     modes = [m for m in args.modes.split(",") if m]
-    bad = [m for m in modes if m not in ("pool", "replace")]
+    bad = [m for m in modes if m != "native"]
     if bad:
-        sys.exit("gpu_train_check: unknown mode(s) %s (want pool, replace)" % ",".join(bad))
+        sys.exit("gpu_train_check: unknown mode(s) %s (the only one is native; the shim's pool "
+                 "and replace modes are gone, docs/torch.md)" % ",".join(bad))
     print("gpu_train_check: GPT-2 small, %d steps (%d warm-up), sdpa=%s, gpumem from %s"
-          % (args.steps, args.warmup, args.sdpa, pkg), flush=True)
+          % (args.steps, args.warmup, args.sdpa, pkg or "the installed package"), flush=True)
     runs = {"default": run_worker(args, "default", {"worker": "train", "allocator": "default"},
                                   pkg)}
     for m in modes:
@@ -275,7 +289,7 @@ def main_orchestrate(args):
     if not args.no_control:
         runs["control"] = run_worker(args, "control", {"worker": "train", "allocator": "default"},
                                      pkg)
-    oom = run_worker(args, "oom", {"worker": "oom", "allocator": "gpumem", "mode": "pool",
+    oom = run_worker(args, "oom", {"worker": "oom", "allocator": "gpumem", "mode": "native",
                                    "conf": "reserve_limit=1GiB"}, pkg)
 
     for name, res in list(runs.items()) + [("oom", oom)]:
@@ -291,8 +305,7 @@ def main_orchestrate(args):
     names = [n for n in runs if n != "default" and "error" not in runs[n]]
     if ok:
         cols = ["default"] + names
-        short = {"default": "default", "control": "control", "gpumem_pool": "pool",
-                 "gpumem_replace": "replace"}
+        short = {"default": "default", "control": "control", "gpumem_native": "gpumem"}
         print("\nstep  bs    sl  " + "".join("%-24s" % ("loss " + short[c]) for c in cols)
               + "".join("%12s" % ("ms " + short[c]) for c in cols))
         for i, s in enumerate(base["steps"]):
@@ -365,7 +378,8 @@ def parse_args(doc, workers, timeout, more=None):
     """The options of this script and ddp_train_check.py: the orchestrator's, the hidden worker
     ones, and `more(ap)`'s own."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
-    ap.add_argument("--build", help="build directory (default: bgpu, then build)")
+    ap.add_argument("--build", help="a directory holding gpumem/torch/_C*.so (default: the "
+                    "installed package, else python/)")
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--conf", default="", help="GPUMEM_CONF for the gpumem training runs")
     ap.add_argument("--sdpa", default="math", choices=["math", "default"],
@@ -378,7 +392,7 @@ def parse_args(doc, workers, timeout, more=None):
     # worker side
     ap.add_argument("--worker", choices=workers, help=argparse.SUPPRESS)
     ap.add_argument("--allocator", choices=["default", "gpumem"], help=argparse.SUPPRESS)
-    ap.add_argument("--mode", default="pool", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="native", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--pkg", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -390,8 +404,7 @@ def parse_args(doc, workers, timeout, more=None):
 def main():
     def more(ap):
         ap.add_argument("--warmup", type=int, default=3, help="steps left out of the mean time")
-        ap.add_argument("--modes", default="pool",
-                        help="gpumem modes to train with: pool,replace")
+        ap.add_argument("--modes", default="native", help=argparse.SUPPRESS)
     args = parse_args(__doc__, ["train", "oom"], 300, more)
     if args.worker:
         return worker_main(args)
