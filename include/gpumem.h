@@ -147,6 +147,15 @@ GM_API gm_status gm_cuda_backend_create(int device, gm_backend **out);
  * gm_cuda_backend_create does without a driver (GM_ERR_NO_DEVICE). */
 GM_API gm_status gm_cuda_device_count(int *out);
 
+/* A new CUDA stream (cuStreamCreate, non-blocking: no implicit synchronization with the legacy
+ * NULL stream, as PyTorch's side streams) of a backend made by gm_cuda_backend_create, in its
+ * device's primary context; gm_cuda_stream_destroy ends it (its queued work still completes).
+ * For tools that replay multi-stream traces on the GPU (gpumem replay) as gm_sim_stream_create
+ * does on the sim. Fails: GM_ERR_UNSUPPORTED (not a CUDA backend, or a driver without the
+ * calls), GM_ERR_INVALID_ARGUMENT (NULL out), GM_ERR_BACKEND. */
+GM_API gm_status gm_cuda_stream_create(gm_backend *backend, gm_stream *out);
+GM_API gm_status gm_cuda_stream_destroy(gm_backend *backend, gm_stream stream);
+
 /* Destroy a backend. Every pool built on it must have been destroyed. NULL is a no-op. */
 GM_API void gm_backend_destroy(gm_backend *backend);
 

@@ -146,6 +146,8 @@ static_assert(sizeof(void *) == sizeof(void (*)(void)), "dlsym results fit funct
     X(cuStreamWaitEvent, "cuStreamWaitEvent", CUresult, (CUstream s, CUevent e, unsigned flags), \
       REQUIRED)                                                                                 \
     X(cuStreamSynchronize, "cuStreamSynchronize", CUresult, (CUstream s), REQUIRED)             \
+    X(cuStreamCreate, "cuStreamCreate", CUresult, (CUstream *s, unsigned flags), OPTIONAL)      \
+    X(cuStreamDestroy, "cuStreamDestroy_v2", CUresult, (CUstream s), OPTIONAL)                  \
     X(cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer", CUresult,                                 \
       (int *can, CUdevice d, CUdevice peer), REQUIRED)                                          \
     X(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", CUresult, (CUcontext peer, unsigned f),   \
@@ -1224,6 +1226,51 @@ static gm_status driver_ready(void)
     if (loader.status != GM_OK)
         return backend_set_error(loader.status, "%s", loader.message);
     return GM_OK;
+}
+
+/* The CUDA backend behind b, or NULL (another kind of backend, or a driver without streams). */
+static cuda_backend *stream_backend(gm_backend *b, const char *what, gm_status *st)
+{
+    *st = GM_OK;
+    if (b && b->ops == &cuda_ops && drv.cuStreamCreate && drv.cuStreamDestroy)
+        return cuda_of(b);
+    *st = backend_set_error(GM_ERR_UNSUPPORTED, "%s: not a CUDA backend%s", what,
+                            b && b->ops == &cuda_ops ? " with stream calls" : "");
+    return NULL;
+}
+
+gm_status gm_cuda_stream_create(gm_backend *backend, gm_stream *out)
+{
+    gm_status st;
+    cuda_backend *c = stream_backend(backend, "gm_cuda_stream_create", &st);
+    if (!c)
+        return st;
+    if (!out)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "gm_cuda_stream_create: NULL out");
+    bool pushed;
+    if ((st = ctx_enter(c->ctx, &pushed)) != GM_OK)
+        return st;
+    CUstream s = NULL;
+    CUresult r = drv.cuStreamCreate(&s, 1 /* CU_STREAM_NON_BLOCKING */);
+    ctx_leave(pushed);
+    if (r != CUDA_SUCCESS)
+        return cuda_failed(r, "cuStreamCreate");
+    *out = (gm_stream)(void *)s;
+    return GM_OK;
+}
+
+gm_status gm_cuda_stream_destroy(gm_backend *backend, gm_stream stream)
+{
+    gm_status st;
+    cuda_backend *c = stream_backend(backend, "gm_cuda_stream_destroy", &st);
+    if (!c)
+        return st;
+    bool pushed;
+    if ((st = ctx_enter(c->ctx, &pushed)) != GM_OK)
+        return st;
+    CUresult r = drv.cuStreamDestroy(stream_of(stream));
+    ctx_leave(pushed);
+    return r == CUDA_SUCCESS ? GM_OK : cuda_failed(r, "cuStreamDestroy");
 }
 
 gm_status gm_cuda_backend_create(int device, gm_backend **out)

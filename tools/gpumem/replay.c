@@ -25,7 +25,8 @@
  * default budget runs on that op's stream; its host time is kept out of the measured time.
  *
  * Streams: each distinct logged stream other than 0x0 and 0x1 (the legacy default stream)
- * becomes a simulated stream; on a backend that cannot create streams they all run on NULL.
+ * becomes a stream of its own: a simulated one on sim, a real one (gm_cuda_stream_create,
+ * non-blocking) on cuda; on a backend that cannot create streams they all run on NULL.
  */
 #include "cli.h"
 
@@ -154,10 +155,12 @@ static int open_streams(run *x)
     x->streams = calloc(t->n_streams, sizeof *x->streams);
     if (!x->streams)
         return -1;
+    bool cuda = strcmp(x->r->device.backend, "sim") != 0; /* real streams on the GPU too */
     for (uint32_t i = 0; i < t->n_streams; i++) {
         if (t->streams[i] <= 1 || x->r->streams_merged)
             continue;
-        gm_status st = gm_sim_stream_create(x->backend, &x->streams[i]);
+        gm_status st = cuda ? gm_cuda_stream_create(x->backend, &x->streams[i])
+                            : gm_sim_stream_create(x->backend, &x->streams[i]);
         if (st == GM_ERR_UNSUPPORTED)
             x->r->streams_merged = 1;
         else if (st != GM_OK)
@@ -172,9 +175,11 @@ static void close_streams(run *x)
 {
     if (!x->streams)
         return;
+    bool cuda = strcmp(x->r->device.backend, "sim") != 0;
     for (uint32_t i = 0; i < x->t->n_streams; i++)
         if (x->streams[i])
-            gm_sim_stream_destroy(x->backend, x->streams[i]);
+            (void)(cuda ? gm_cuda_stream_destroy(x->backend, x->streams[i])
+                        : gm_sim_stream_destroy(x->backend, x->streams[i]));
     free(x->streams);
 }
 
