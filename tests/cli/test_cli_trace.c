@@ -251,6 +251,29 @@ static void test_sizes_and_settings(void)
         for (size_t j = 0; j < i; j++)
             CHECK(strcmp(settings_key(i), settings_key(j)) != 0);
     }
+
+    /* A text value (an enum, a path) is a JSON string: escaped, and null when it does not fit
+     * (not a string cut open). */
+    CHECK(settings_set(&s, "sim.devices=3", err, sizeof err) == 0);
+    CHECK_EQ_U(s.sim_devices, 3); /* the torch shim's copy */
+    CHECK(settings_set(&s, "trace=/tmp/a\"b\\c.csv", err, sizeof err) == 0);
+    for (size_t i = 0; i < settings_count(); i++) {
+        char buf[64];
+        settings_value_json(i, &s, buf, sizeof buf);
+        if (strcmp(settings_key(i), "trace") == 0)
+            CHECK(strcmp(buf, "\"/tmp/a\\\"b\\\\c.csv\"") == 0);
+        if (strcmp(settings_key(i), "segments") == 0)
+            CHECK(strcmp(buf, "\"vmm\"") == 0);
+    }
+    char longer[200] = "trace=/";
+    memset(longer + 7, 'x', 150);
+    CHECK(settings_set(&s, longer, err, sizeof err) == 0);
+    for (size_t i = 0; i < settings_count(); i++) {
+        char buf[64];
+        settings_value_json(i, &s, buf, sizeof buf);
+        if (strcmp(settings_key(i), "trace") == 0)
+            CHECK(strcmp(buf, "null") == 0);
+    }
 }
 
 int main(void)

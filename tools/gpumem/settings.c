@@ -90,25 +90,47 @@ void format_bytes(uint64_t bytes, char *buf, size_t n)
         snprintf(buf, n, "%.2f %s", v, units[u]);
 }
 
+/* v as a JSON string literal in buf (quotes, backslashes and control characters escaped);
+ * null when it does not fit. */
+static void json_quote(const char *v, char *buf, size_t n)
+{
+    size_t used = 0;
+    buf[used++] = '"';
+    for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
+        char esc[8];
+        int len = *c == '"' || *c == '\\' ? snprintf(esc, sizeof esc, "\\%c", *c)
+                  : *c < 0x20             ? snprintf(esc, sizeof esc, "\\u%04x", *c)
+                                          : snprintf(esc, sizeof esc, "%c", *c);
+        if (used + (size_t)len + 2 > n) {
+            snprintf(buf, n, "null");
+            return;
+        }
+        memcpy(buf + used, esc, (size_t)len);
+        used += (size_t)len;
+    }
+    buf[used++] = '"';
+    buf[used] = 0;
+}
+
 static void value_of(size_t i, const cli_settings *s, char *buf, size_t n, int json)
 {
     int sim;
     const gm_config_key *k = key_at(i, &sim);
-    char v[64];
+    char v[1024]; /* the longest value: a path (gm_config.trace_file) */
     gm_status st = sim ? gm_sim_config_get(&s->sim, k->name, v, sizeof v)
                        : gm_config_get(&s->pool, k->name, v, sizeof v);
     if (st != GM_OK) {
         snprintf(buf, n, json ? "null" : "?");
         return;
     }
-    static const char *const plain[] = {"size", "unsigned", "u64", "fraction", "ratio", "bool"};
-    int is_enum = 1;
-    for (size_t j = 0; j < sizeof plain / sizeof plain[0]; j++)
-        is_enum &= strcmp(k->type, plain[j]) != 0;
+    static const char *const numbers[] = {"size", "unsigned", "u64", "fraction", "ratio", "bool"};
+    int is_text = 1; /* enums and paths: JSON strings */
+    for (size_t j = 0; j < sizeof numbers / sizeof numbers[0]; j++)
+        is_text &= strcmp(k->type, numbers[j]) != 0;
     if (!json && strcmp(k->type, "size") == 0)
         format_bytes(strtoull(v, NULL, 10), buf, n);
-    else if (json && is_enum)
-        snprintf(buf, n, "\"%s\"", v);
+    else if (json && is_text)
+        json_quote(v, buf, n);
     else
         snprintf(buf, n, "%s", v);
 }
