@@ -362,8 +362,8 @@ static void release_arena_locked(gm_pool *pool, gm_arena *a, defrag_run *r)
     for (gm_span *s = a->spans, *next; s; s = next) {
         next = s->next;
         if (!s->vmm && !s->pinned && s->live_blocks == 0) {
-            span_release_locked(pool, s);
-            r->res.segments_released++;
+            if (span_release_locked(pool, s) == GM_OK)
+                r->res.segments_released++;
         }
     }
     if (a->pages)

@@ -114,12 +114,25 @@ struct gm_span {
 /* One page of a VMM range. users = live blocks overlapping the page; a mapped page with no
  * users sits on the arena's idle list (the candidates for unmapping or recycling). */
 typedef struct vmm_page {
-    gm_phys phys; /* 0 = unmapped */
+    gm_phys phys; /* 0 = unmapped; the handle of the page's run (all its pages hold it) */
     uint32_t users;
-    bool fresh; /* mapped by the pages_acquire call in progress */
+    bool fresh; /* first page of a run created by the pages_acquire call in progress */
     uint32_t idle_prev, idle_next; /* PAGE_NONE = none */
+    /* Runs (segment.c): physical memory is created, mapped, unmapped and released in runs of
+     * contiguous pages, one handle and one mapping each. run = first page of this page's run;
+     * on that first page: run_len = its pages, run_busy = its pages with users. */
+    uint32_t run, run_len, run_busy;
+    uint32_t run_prev, run_next; /* first page of an idle run: links of its arena's list */
 } vmm_page;
+/* The most pages a run holds (segment.c, "runs"): 16 x 2 MiB on an H200. */
+enum { VMM_RUN_PAGES = 16, VMM_RUN_ROOM = 4 };
 #define PAGE_NONE UINT32_MAX
+
+/* A physical handle whose release failed: it stays reserved until a retry succeeds. */
+typedef struct unreleased_phys {
+    gm_phys phys;
+    size_t bytes;
+} unreleased_phys;
 
 /* One reserved virtual range of a VMM arena. Its pages are entries [first, first + count) of
  * the arena's page table. The first range is the arena's main range (vmm_reserve_bytes); later
@@ -153,6 +166,7 @@ struct gm_arena {
     size_t page_count, mapped_pages, page_hwm; /* hwm: highest page ever mapped + 1 */
     uint32_t idle_head;
     size_t idle_pages;
+    uint32_t idle_runs[VMM_RUN_PAGES + 1]; /* idle runs (no page in use) by length */
 };
 
 struct gm_heap {
@@ -427,6 +441,10 @@ struct gm_pool {
     size_t movable_live, pinned_live;
     uint64_t defrag_steps, defrag_blocks, defrag_bytes;
     uint64_t vmm_stitches;
+    /* VMM handles whose release failed (segment.c): still reserved, retried on each release of
+     * free memory. */
+    unreleased_phys *unreleased;
+    size_t unreleased_count, unreleased_cap, unreleased_bytes;
     gm_relocate_fn relocate_fn;
     void *relocate_user;
     uint64_t cross_stream_reuses;
@@ -586,10 +604,19 @@ gm_status vmm_stitch_locked(gm_pool *pool, gm_arena *a, size_t granted);
 const vmm_range *vmm_range_of(const gm_arena *a, uintptr_t addr);
 /* gm_trim: release every range of VMM arena a when none of its pages is mapped. */
 void vmm_release_ranges_locked(gm_pool *pool, gm_arena *a);
-void span_release_locked(gm_pool *pool, gm_span *s);
+/* Give wholly free span s back to the device; when the device call fails nothing changes and
+ * its status is returned. The force variant (pool destruction) forgets the span anyway. */
+gm_status span_release_locked(gm_pool *pool, gm_span *s);
+void span_release_force_locked(gm_pool *pool, gm_span *s);
 gm_status pages_acquire_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);
 void pages_drop_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);
 size_t pages_unmap_idle_locked(gm_pool *pool, gm_arena *a, size_t max_pages);
+/* Release the handles whose release failed before (they stay reserved until it works). */
+void unreleased_retry_locked(gm_pool *pool);
+/* The whole mappings (runs) covering [addr, addr + size) of VMM arena a, all mapped: what an
+ * IPC export or an access grant must name. */
+void vmm_mapping_bounds(const gm_arena *a, uintptr_t addr, size_t size, uintptr_t *base,
+                        size_t *len);
 size_t release_free_memory_locked(gm_pool *pool, size_t target, size_t max_segment);
 size_t releasable_bytes_locked(gm_pool *pool, size_t max_segment);
 void sync_streams_locked(gm_pool *pool);

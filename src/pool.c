@@ -382,7 +382,7 @@ static __attribute__((noinline)) void block_release_slow(gm_pool *pool, gm_span 
         pages_drop_locked(pool, s->arena, b->addr, b->size);
     block_untake_in(pool, s, b);
     if (s->live_blocks == 0 && !s->vmm && !s->pinned && pool->cfg.release == GM_RELEASE_EAGER)
-        span_release_locked(pool, s);
+        (void)span_release_locked(pool, s);
 }
 
 /* Return block b of span s to its arena, then apply the eager release policy. */
@@ -923,7 +923,7 @@ static void pool_teardown(gm_pool *pool)
             if (a->pages)
                 pages_unmap_idle_locked(pool, a, SIZE_MAX);
             while (a->spans)
-                span_release_locked(pool, a->spans);
+                span_release_force_locked(pool, a->spans);
             a->ops->fini(pool, a);
         }
     for (size_t i = 0; i < pool->event_count; i++)
@@ -940,6 +940,9 @@ static void pool_teardown(gm_pool *pool)
         free(pool->shards[k].map.slots);
     free(pool->heaps);
     free(pool->events);
+    if (pool->unreleased_count)
+        unreleased_retry_locked(pool); /* what still fails is lost with the pool */
+    free(pool->unreleased);
     free(pool->synced_streams);
     defrag_fini(pool);
     if (tls_error_pool == pool)

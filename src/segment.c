@@ -13,15 +13,19 @@
  *     mapped page with users == 0  <=>  the page is on its arena's idle list
  *     reserved bytes (VMM)        ==  physical pages held x granularity
  *
- * Growth never overshoots what the request needs. Under GM_RELEASE_BEFORE_GROW an idle page
- * anywhere in the pool is unmapped and its physical memory mapped where it is needed, so
- * reserved memory grows only when every held page is in use ("recycling"); under ON_OOM that
- * happens only when the device or the cap is full; under EAGER idle pages are released at once.
+ * Physical memory comes in runs: contiguous pages with one handle and one mapping (one create,
+ * one map + set-access per run of at most VMM_RUN_PAGES), unmapped and released only whole;
+ * page.run names a page's run, whose first page counts its pages in use (run_busy). Growth
+ * never overshoots what the request needs. Under GM_RELEASE_BEFORE_GROW an idle run (no page
+ * in use) anywhere in the pool is unmapped and mapped where it is needed, so reserved memory
+ * grows only when no held run that fits is idle ("recycling"); under ON_OOM that happens only
+ * when the device or the cap is full; under EAGER idle runs are released at once.
  * Before anything is unmapped or freed, the streams that freed memory are synchronized, so no
  * queued kernel can touch memory that has gone (what cuMemUnmap requires).
  *
- * Bounds: page acquire/drop O(pages covered x ranges); release of free memory O(spans + idle
- * pages); a stitch O(heaps) to decide, plus the page table's growth.
+ * Bounds: page acquire/drop O(pages covered x ranges + heaps x VMM_RUN_PAGES per recycled run);
+ * release of free memory O(spans + idle pages); a stitch O(heaps) to decide, plus the page
+ * table's growth.
  */
 #include "internal.h"
 #include "strategy.h"
@@ -158,9 +162,13 @@ static gm_status vmm_range_add_locked(gm_pool *pool, gm_arena *a, size_t size)
         a->page_count = a->mapped_pages = a->page_hwm = 0;
         a->idle_head = PAGE_NONE;
         a->idle_pages = 0;
+        for (size_t i = 0; i <= VMM_RUN_PAGES; i++)
+            a->idle_runs[i] = PAGE_NONE;
     }
     for (size_t i = 0; i < pages; i++)
-        a->pages[a->page_count + i] = (vmm_page){.idle_prev = PAGE_NONE, .idle_next = PAGE_NONE};
+        a->pages[a->page_count + i] = (vmm_page){.idle_prev = PAGE_NONE, .idle_next = PAGE_NONE,
+                                                 .run = PAGE_NONE, .run_prev = PAGE_NONE,
+                                                 .run_next = PAGE_NONE};
     a->ranges[a->range_count++] = (vmm_range){.base = base, .first = a->page_count,
                                               .count = pages};
     a->page_count += pages;
@@ -218,21 +226,30 @@ static size_t range_index(const gm_arena *a, const gm_span *s)
     return r;
 }
 
-/* Give a wholly free span back to the device. VMM spans must have no mapped page left. */
-void span_release_locked(gm_pool *pool, gm_span *s)
+/* Give a wholly free span back to the device. VMM spans must have no mapped page left. The
+ * device call comes first: when it fails, nothing changes (the span stays, its memory still
+ * reserved) unless `force` (pool destruction), which forgets the span anyway. */
+static gm_status span_release_in(gm_pool *pool, gm_span *s, bool force)
 {
     gm_arena *a = s->arena;
     gm_backend *be = pool->backend;
-    gm_block *b = s->first;
     assert(s->live_blocks == 0);
+    size_t r = s->vmm ? range_index(a, s) : 0;
+    gm_status st;
+    if (s->vmm) {
+        assert(force || a->ranges[r].mapped == 0);
+        st = DEVICE_CALL(pool, GM_CALL_VA_RELEASE, be->ops->va_release(be, s->base, s->size));
+    } else {
+        sync_streams_locked(pool);
+        st = DEVICE_CALL(pool, GM_CALL_MEM_FREE, be->ops->mem_free(be, s->base));
+    }
+    if (st != GM_OK && !force)
+        return st;
     a->ops->remove_span(pool, a, s);
-    block_delete_locked(pool, b);
+    block_delete_locked(pool, s->first);
     span_unlink(a, s);
     pool->segment_count--;
     if (s->vmm) {
-        size_t r = range_index(a, s);
-        assert(a->ranges[r].mapped == 0);
-        (void)DEVICE_CALL(pool, GM_CALL_VA_RELEASE, be->ops->va_release(be, s->base, s->size));
         /* The range's table entries stay (unmapped, unused) until the arena's last range goes:
          * page indices of the other ranges must not shift. */
         memmove(&a->ranges[r], &a->ranges[r + 1], (a->range_count - r - 1) * sizeof a->ranges[0]);
@@ -244,11 +261,20 @@ void span_release_locked(gm_pool *pool, gm_span *s)
             a->page_count = a->page_hwm = 0;
         }
     } else {
-        sync_streams_locked(pool);
-        (void)DEVICE_CALL(pool, GM_CALL_MEM_FREE, be->ops->mem_free(be, s->base));
         pool_note_reserved_locked(pool, s->size, false);
     }
     free(s);
+    return st;
+}
+
+gm_status span_release_locked(gm_pool *pool, gm_span *s)
+{
+    return span_release_in(pool, s, false);
+}
+
+void span_release_force_locked(gm_pool *pool, gm_span *s)
+{
+    (void)span_release_in(pool, s, true);
 }
 
 /* ---- VMM pages ---- */
@@ -288,8 +314,8 @@ void vmm_release_ranges_locked(gm_pool *pool, gm_arena *a)
     for (gm_span *s = a->spans; s; s = s->next)
         if (s->live_blocks)
             return;
-    while (a->spans)
-        span_release_locked(pool, a->spans);
+    while (a->spans && span_release_locked(pool, a->spans) == GM_OK)
+        ;
 }
 
 static void idle_push(gm_arena *a, size_t p)
@@ -316,101 +342,258 @@ static void idle_remove(gm_arena *a, size_t p)
     a->idle_pages--;
 }
 
-/* Unmap page p (mapped, idle) and hand back its physical handle, still held (reserved). */
-static gm_phys page_unmap(gm_pool *pool, gm_arena *a, size_t p)
+/* ---- runs: physical memory created, mapped, unmapped and released in runs of pages ---- */
+
+/* Idle runs (run_busy == 0) of an arena, one list per length: recycling takes the longest that
+ * fits in O(VMM_RUN_PAGES). */
+static void run_idle_push(gm_arena *a, size_t h)
 {
-    gm_backend *be = pool->backend;
-    size_t gran = pool->granularity;
-    gm_phys phys = a->pages[p].phys;
-    idle_remove(a, p);
-    (void)DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, page_addr(a, p, gran), gran));
-    a->pages[p].phys = 0;
-    a->mapped_pages--;
-    range_of_page(a, p)->mapped--;
-    return phys;
+    vmm_page *pg = &a->pages[h];
+    uint32_t *head = &a->idle_runs[pg->run_len];
+    pg->run_prev = PAGE_NONE;
+    pg->run_next = *head;
+    if (*head != PAGE_NONE)
+        a->pages[*head].run_prev = (uint32_t)h;
+    *head = (uint32_t)h;
 }
 
-static void phys_release(gm_pool *pool, gm_phys phys)
+static void run_idle_remove(gm_arena *a, size_t h)
 {
-    gm_backend *be = pool->backend;
-    (void)DEVICE_CALL(pool, GM_CALL_PHYS_RELEASE, be->ops->phys_release(be, phys));
-    pool_note_reserved_locked(pool, pool->granularity, false);
+    vmm_page *pg = &a->pages[h];
+    if (pg->run_prev != PAGE_NONE)
+        a->pages[pg->run_prev].run_next = pg->run_next;
+    else
+        a->idle_runs[pg->run_len] = pg->run_next;
+    if (pg->run_next != PAGE_NONE)
+        a->pages[pg->run_next].run_prev = pg->run_prev;
+    pg->run_prev = pg->run_next = PAGE_NONE;
 }
 
-/* Take an idle page's physical memory from anywhere in the pool (this arena first). */
-static gm_phys recycle_idle_page(gm_pool *pool, gm_arena *prefer)
+/* Mark pages [h, h + n) mapped to handle phys as one run: the pages without users go on the
+ * idle list, and the run on its idle list if none is in use. */
+static void run_note_mapped(gm_arena *a, size_t h, size_t n, gm_phys phys)
 {
-    gm_arena *from = prefer->idle_pages ? prefer : NULL;
-    for (size_t h = 0; !from && h < pool->heap_count; h++)
-        for (int k = 0; !from && k < ARENA_COUNT; k++)
-            if (pool->heaps[h].arenas[k].idle_pages)
-                from = &pool->heaps[h].arenas[k];
-    if (!from)
-        return 0;
-    sync_streams_locked(pool);
-    return page_unmap(pool, from, from->idle_head);
-}
-
-static gm_status phys_create(gm_pool *pool, gm_phys *out)
-{
-    gm_backend *be = pool->backend;
-    size_t gran = pool->granularity;
-    if (pool->reserved_bytes + gran > pool->limit)
-        return GM_ERR_OUT_OF_MEMORY;
-    gm_status st = DEVICE_CALL(pool, GM_CALL_PHYS_CREATE, be->ops->phys_create(be, gran, out));
-    if (st == GM_OK)
-        pool_note_reserved_locked(pool, gran, true);
-    return st;
-}
-
-/* Physical memory for one page, by the pool's release policy. */
-static gm_status page_phys_obtain(gm_pool *pool, gm_arena *a, gm_phys *out)
-{
-    bool recycle_first = pool->cfg.release != GM_RELEASE_ON_OOM;
-    while (recycle_first) { /* cached blocks give up their pages before the pool grows */
-        if ((*out = recycle_idle_page(pool, a)) != 0)
-            return GM_OK;
-        if (!cache_evict_one_locked(pool) && !tcache_reclaim_locked(pool))
-            break;
+    size_t busy = 0;
+    for (size_t p = h; p < h + n; p++) {
+        vmm_page *pg = &a->pages[p];
+        pg->phys = phys;
+        pg->run = (uint32_t)h;
+        if (pg->users)
+            busy++;
+        else
+            idle_push(a, p);
     }
-    gm_status st = phys_create(pool, out);
-    if (st == GM_ERR_OUT_OF_MEMORY && !recycle_first && (*out = recycle_idle_page(pool, a)) != 0)
-        return GM_OK;
-    return st;
+    a->pages[h].run_len = (uint32_t)n;
+    a->pages[h].run_busy = (uint32_t)busy;
+    if (!busy)
+        run_idle_push(a, h);
+    a->mapped_pages += n;
+    if (h + n > a->page_hwm)
+        a->page_hwm = h + n;
+    vmm_range *r = range_of_page(a, h);
+    r->mapped += n;
+    if (h + n - r->first > r->hwm)
+        r->hwm = h + n - r->first;
 }
 
-static gm_status page_map(gm_pool *pool, gm_arena *a, size_t p)
+/* Map handle phys (n pages) at pages [h, h + n): one map (cuMemMap + cuMemSetAccess over the
+ * whole run), and the peers' access. Nothing changes on failure. */
+static gm_status run_map(gm_pool *pool, gm_arena *a, size_t h, size_t n, gm_phys phys)
 {
     gm_backend *be = pool->backend;
     size_t gran = pool->granularity;
-    gm_phys phys = 0;
-    gm_status st = page_phys_obtain(pool, a, &phys);
+    uintptr_t addr = page_addr(a, h, gran);
+    gm_status st = DEVICE_CALL(pool, GM_CALL_MAP, be->ops->map(be, addr, n * gran, phys));
+    if (st == GM_OK && pool->peer_count && /* peers see new pages too (share.c) */
+        (st = peer_grant_locked(pool, addr, n * gran)) != GM_OK)
+        (void)DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, addr, n * gran));
+    if (st == GM_OK)
+        run_note_mapped(a, h, n, phys);
+    return st;
+}
+
+/* Unmap idle run h (no page in use), keeping its handle (still reserved) in *phys. A failed
+ * unmap changes nothing: the run stays mapped and idle. */
+static gm_status run_unmap(gm_pool *pool, gm_arena *a, size_t h, gm_phys *phys)
+{
+    gm_backend *be = pool->backend;
+    size_t gran = pool->granularity, n = a->pages[h].run_len;
+    assert(a->pages[h].run == h && a->pages[h].run_busy == 0);
+    sync_streams_locked(pool);
+    gm_status st = DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, page_addr(a, h, gran),
+                                                                    n * gran));
     if (st != GM_OK)
         return st;
-    st = DEVICE_CALL(pool, GM_CALL_MAP, be->ops->map(be, page_addr(a, p, gran), gran, phys));
-    if (st == GM_OK && pool->peer_count && /* peers see new pages too (share.c) */
-        (st = peer_grant_locked(pool, page_addr(a, p, gran), gran)) != GM_OK)
-        (void)DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, page_addr(a, p, gran), gran));
-    if (st != GM_OK) {
-        phys_release(pool, phys);
-        return st;
+    *phys = a->pages[h].phys;
+    run_idle_remove(a, h);
+    for (size_t p = h; p < h + n; p++) {
+        idle_remove(a, p);
+        a->pages[p].phys = 0;
+        a->pages[p].run = PAGE_NONE;
     }
-    a->pages[p].phys = phys;
-    a->mapped_pages++;
-    if (p + 1 > a->page_hwm)
-        a->page_hwm = p + 1;
-    vmm_range *r = range_of_page(a, p);
-    r->mapped++;
-    if (p - r->first + 1 > r->hwm)
-        r->hwm = p - r->first + 1;
+    a->pages[h].run_len = a->pages[h].run_busy = 0;
+    a->mapped_pages -= n;
+    range_of_page(a, h)->mapped -= n;
     return GM_OK;
 }
 
-/* Unmap and release page p, which has no users. */
-static void page_release(gm_pool *pool, gm_arena *a, size_t p)
+/* Give back a handle of `bytes`. A failed release is not treated as done: the bytes stay
+ * reserved and the handle waits on the pool's unreleased list for the next try
+ * (unreleased_retry_locked). */
+static gm_status phys_release(gm_pool *pool, gm_phys phys, size_t bytes)
 {
-    sync_streams_locked(pool);
-    phys_release(pool, page_unmap(pool, a, p));
+    gm_backend *be = pool->backend;
+    gm_status st = DEVICE_CALL(pool, GM_CALL_PHYS_RELEASE, be->ops->phys_release(be, phys));
+    if (st == GM_OK) {
+        pool_note_reserved_locked(pool, bytes, false);
+        return GM_OK;
+    }
+    if (pool->unreleased_count == pool->unreleased_cap) {
+        size_t cap = pool->unreleased_cap ? pool->unreleased_cap * 2 : 4;
+        unreleased_phys *v = realloc(pool->unreleased, cap * sizeof *v);
+        if (!v)
+            return st; /* the handle is lost to the pool; its bytes stay counted */
+        pool->unreleased = v;
+        pool->unreleased_cap = cap;
+    }
+    pool->unreleased[pool->unreleased_count++] = (unreleased_phys){phys, bytes};
+    pool->unreleased_bytes += bytes;
+    return st;
+}
+
+void unreleased_retry_locked(gm_pool *pool)
+{
+    gm_backend *be = pool->backend;
+    size_t kept = 0;
+    for (size_t i = 0; i < pool->unreleased_count; i++) {
+        unreleased_phys u = pool->unreleased[i];
+        if (DEVICE_CALL(pool, GM_CALL_PHYS_RELEASE, be->ops->phys_release(be, u.phys)) == GM_OK) {
+            pool->unreleased_bytes -= u.bytes;
+            pool_note_reserved_locked(pool, u.bytes, false);
+        } else {
+            pool->unreleased[kept++] = u;
+        }
+    }
+    pool->unreleased_count = kept;
+}
+
+/* Unmap and release idle run h. */
+static gm_status run_release(gm_pool *pool, gm_arena *a, size_t h)
+{
+    size_t bytes = (size_t)a->pages[h].run_len * pool->granularity;
+    gm_phys phys = 0;
+    gm_status st = run_unmap(pool, a, h, &phys);
+    return st == GM_OK ? phys_release(pool, phys, bytes) : st;
+}
+
+/* The longest idle run of arena a of at most max_pages pages, or PAGE_NONE. */
+static size_t idle_run_find(const gm_arena *a, size_t max_pages)
+{
+    for (size_t len = max_pages < VMM_RUN_PAGES ? max_pages : VMM_RUN_PAGES; len; len--)
+        if (a->idle_runs[len] != PAGE_NONE)
+            return a->idle_runs[len];
+    return PAGE_NONE;
+}
+
+/* Move an idle run of the pool (this arena's first) of at most max_pages pages to pages
+ * [p, ...) of arena a: an unmap and a map, no new memory. Its length in *moved (0: none). */
+static gm_status run_recycle(gm_pool *pool, gm_arena *a, size_t p, size_t max_pages,
+                             size_t *moved)
+{
+    gm_arena *from = a;
+    size_t h = a->idle_pages ? idle_run_find(a, max_pages) : PAGE_NONE;
+    for (size_t i = 0; h == PAGE_NONE && i < pool->heap_count; i++)
+        for (int k = 0; h == PAGE_NONE && k < ARENA_COUNT; k++) {
+            from = &pool->heaps[i].arenas[k];
+            if (from != a && from->idle_pages)
+                h = idle_run_find(from, max_pages);
+        }
+    *moved = 0;
+    if (h == PAGE_NONE)
+        return GM_OK;
+    size_t len = from->pages[h].run_len;
+    gm_phys phys = 0;
+    gm_status st = run_unmap(pool, from, h, &phys);
+    if (st != GM_OK)
+        return st;
+    st = run_map(pool, a, p, len, phys);
+    if (st != GM_OK) { /* the handle is unmapped now: give it back */
+        (void)phys_release(pool, phys, len * pool->granularity);
+        return st;
+    }
+    *moved = len;
+    return GM_OK;
+}
+
+/* New physical memory for pages [p, p + n) of arena a: one create and one map. */
+static gm_status run_create(gm_pool *pool, gm_arena *a, size_t p, size_t n)
+{
+    gm_backend *be = pool->backend;
+    size_t bytes = n * pool->granularity;
+    if (pool->reserved_bytes + bytes > pool->limit)
+        return GM_ERR_OUT_OF_MEMORY;
+    gm_phys phys = 0;
+    gm_status st = DEVICE_CALL(pool, GM_CALL_PHYS_CREATE, be->ops->phys_create(be, bytes, &phys));
+    if (st != GM_OK)
+        return st;
+    pool_note_reserved_locked(pool, bytes, true);
+    st = run_map(pool, a, p, n, phys);
+    if (st != GM_OK) {
+        (void)phys_release(pool, phys, bytes);
+        return st;
+    }
+    a->pages[p].fresh = true;
+    return GM_OK;
+}
+
+/* Pages [p, p + n) of arena a, unmapped, get memory. Recycling first (every release policy but
+ * ON_OOM): idle runs of up to n + room pages are moved there (room: unmapped, unused pages
+ * right after the stretch, which a longer run may cover), cached blocks evicted to make some;
+ * then new runs of at most VMM_RUN_PAGES for the rest. ON_OOM creates first and recycles only
+ * at the limit. */
+static gm_status stretch_fill(gm_pool *pool, gm_arena *a, size_t p, size_t n, size_t room)
+{
+    bool recycle = pool->cfg.release != GM_RELEASE_ON_OOM;
+    while (n) {
+        while (recycle && n) {
+            size_t moved = 0;
+            gm_status st = run_recycle(pool, a, p, n + room, &moved);
+            if (st != GM_OK)
+                return st;
+            if (moved) {
+                p += moved;
+                if (moved > n)
+                    room -= moved - n;
+                n -= moved < n ? moved : n;
+            } else if (!cache_evict_one_locked(pool) && !tcache_reclaim_locked(pool)) {
+                break;
+            }
+        }
+        if (!n)
+            break;
+        size_t len = n < VMM_RUN_PAGES ? n : VMM_RUN_PAGES;
+        gm_status st = run_create(pool, a, p, len);
+        if (st == GM_ERR_OUT_OF_MEMORY && !recycle) {
+            recycle = true; /* at the limit: recycle, then try again */
+            continue;
+        }
+        if (st != GM_OK)
+            return st;
+        p += len;
+        n -= len;
+    }
+    return GM_OK;
+}
+
+/* Unmapped, unused pages right after page `last` of arena a, in its range: at most max. */
+static size_t stretch_room(const gm_arena *a, size_t last, size_t max)
+{
+    size_t n = 0;
+    const vmm_range *r = range_of_page(a, last);
+    for (size_t p = last + 1; n < max && p < r->first + r->count && !a->pages[p].phys &&
+                              !a->pages[p].users; p++)
+        n++;
+    return n;
 }
 
 static void page_user_drop(gm_pool *pool, gm_arena *a, size_t p)
@@ -420,8 +603,12 @@ static void page_user_drop(gm_pool *pool, gm_arena *a, size_t p)
     if (--pg->users || !pg->phys)
         return;
     idle_push(a, p);
+    size_t h = pg->run;
+    if (--a->pages[h].run_busy)
+        return;
+    run_idle_push(a, h);
     if (pool->cfg.release == GM_RELEASE_EAGER)
-        page_release(pool, a, p);
+        (void)run_release(pool, a, h);
 }
 
 void pages_drop_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size)
@@ -436,27 +623,41 @@ gm_status pages_acquire_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_
     size_t first = vmm_page_of(a, addr), last = vmm_page_of(a, addr + size - 1);
     for (size_t p = first; p <= last; p++) {
         vmm_page *pg = &a->pages[p];
-        if (pg->users++ == 0 && pg->phys)
+        if (pg->users++ == 0 && pg->phys) {
             idle_remove(a, p);
+            if (a->pages[pg->run].run_busy++ == 0)
+                run_idle_remove(a, pg->run);
+        }
     }
     gm_status st = GM_OK;
-    for (size_t p = first; p <= last && st == GM_OK; p++) {
-        if (a->pages[p].phys)
+    for (size_t p = first; p <= last && st == GM_OK;) {
+        if (a->pages[p].phys) {
+            p++;
             continue;
-        st = page_map(pool, a, p);
-        a->pages[p].fresh = st == GM_OK;
+        }
+        size_t q = p;
+        while (q <= last && !a->pages[q].phys)
+            q++;
+        st = stretch_fill(pool, a, p, q - p,
+                          q > last ? stretch_room(a, last, VMM_RUN_ROOM) : 0);
+        p = q;
     }
-    /* On failure, undo: pages mapped by this call are released again, so a failed call
-     * reserves nothing; pages that were mapped before stay (idle if now unused). */
+    if (st == GM_OK) {
+        for (size_t p = first; p <= last; p++)
+            a->pages[p].fresh = false;
+        return GM_OK;
+    }
+    /* On failure, undo: runs created by this call are released again, so a failed call
+     * reserves nothing; pages that were mapped before (or moved here) stay, idle if unused. */
+    for (size_t p = first; p <= last; p++)
+        page_user_drop(pool, a, p);
     for (size_t p = first; p <= last; p++) {
         vmm_page *pg = &a->pages[p];
-        bool fresh = pg->fresh;
-        pg->fresh = false;
-        if (st == GM_OK)
-            continue;
-        page_user_drop(pool, a, p);
-        if (fresh && pg->phys && pg->users == 0)
-            page_release(pool, a, p);
+        if (pg->fresh) {
+            pg->fresh = false;
+            if (pg->phys && pg->run == p && pg->run_busy == 0)
+                (void)run_release(pool, a, p);
+        }
     }
     return st;
 }
@@ -464,11 +665,26 @@ gm_status pages_acquire_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_
 size_t pages_unmap_idle_locked(gm_pool *pool, gm_arena *a, size_t max_pages)
 {
     size_t n = 0;
-    while (a->idle_head != PAGE_NONE && n < max_pages) {
-        page_release(pool, a, a->idle_head);
-        n++;
+    while (n < max_pages) {
+        size_t h = idle_run_find(a, SIZE_MAX);
+        if (h == PAGE_NONE)
+            break;
+        size_t len = a->pages[h].run_len;
+        if (run_release(pool, a, h) != GM_OK)
+            break;
+        n += len;
     }
     return n;
+}
+
+void vmm_mapping_bounds(const gm_arena *a, uintptr_t addr, size_t size, uintptr_t *base,
+                        size_t *len)
+{
+    size_t gran = (size_t)1 << a->page_shift;
+    size_t h0 = a->pages[vmm_page_of(a, addr)].run;
+    size_t h1 = a->pages[vmm_page_of(a, addr + size - 1)].run;
+    *base = page_addr(a, h0, gran);
+    *len = page_addr(a, h1, gran) + a->pages[h1].run_len * gran - *base;
 }
 
 static int span_size_cmp(const void *x, const void *y)
@@ -536,6 +752,8 @@ size_t release_free_memory_locked(gm_pool *pool, size_t target, size_t max_segme
 {
     size_t before = pool->reserved_bytes;
     size_t gran = pool->granularity;
+    if (pool->unreleased_count)
+        unreleased_retry_locked(pool);
     gm_span **spans = NULL;
     size_t n = free_spans_locked(pool, target, max_segment, &spans);
     for (size_t i = 0; i < n && pool->reserved_bytes > target; i++)

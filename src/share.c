@@ -5,7 +5,7 @@
  * Peer access. pool->peers lists the devices given access. A plain segment is reachable by a
  * peer once the backend's peer_enable ran (CUDA's peer access is per context and covers every
  * cuMemAlloc of the device); a VMM page only through an access descriptor per mapping, so
- * segment.c calls peer_grant_locked for each page it maps, and enabling a peer walks the pages
+ * segment.c calls peer_grant_locked for each run it maps, and enabling a peer walks the pages
  * mapped so far.
  *
  * IPC. Each gm_ipc_export makes one record (pool->exports): the block, the backend's blob and,
@@ -56,10 +56,12 @@ static gm_status peer_grant_mapped_locked(gm_pool *pool, gm_backend *peer)
             for (size_t r = 0; a->pages && r < a->range_count; r++) {
                 const vmm_range *rg = &a->ranges[r];
                 for (size_t i = 0; i < rg->hwm; i++) {
-                    if (!a->pages[rg->first + i].phys)
-                        continue;
+                    const vmm_page *pg = &a->pages[rg->first + i];
+                    if (!pg->phys || pg->run != rg->first + i)
+                        continue; /* whole mappings: one grant per run */
                     uintptr_t addr = rg->base + (i << a->page_shift);
-                    gm_status st = be->ops->peer_map_access(be, peer, addr, pool->granularity);
+                    gm_status st = be->ops->peer_map_access(be, peer, addr,
+                                                            pg->run_len * pool->granularity);
                     if (st != GM_OK)
                         return st;
                 }
@@ -186,9 +188,7 @@ static void export_range(const gm_pool *pool, const gm_block *b, uintptr_t *base
         *size = b->span->size;
         return;
     }
-    size_t gran = pool->granularity;
-    *base = b->addr & ~(uintptr_t)(gran - 1);
-    *size = round_up(b->addr + b->size, gran) - *base;
+    vmm_mapping_bounds(b->span->arena, b->addr, b->size, base, size);
 }
 
 static void block_flag_locked(gm_pool *pool, gm_block *b, uint32_t set, uint32_t clear)

@@ -374,12 +374,14 @@ static void test_vmm_pages(void)
     cfg.cache_disable = 1; /* a freed block drops its pages at once */
     gm_pool *p = pool_new(be, &cfg);
     void *a, *b, *c;
-    CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &a)); /* pages 0-1 */
-    CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &b)); /* pages 1-2 */
+    void *d;
+    CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &a)); /* pages 0-1: one run, one create and one map */
+    CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &b)); /* pages 1-2: page 2 is a run of its own */
     gm_stats st;
     CHECK_OK(gm_pool_stats(p, &st));
     CHECK_EQ_U(st.reserved_bytes, 6 * MiB);
-    CHECK_EQ_U(st.device_calls[GM_CALL_MAP], 3);
+    CHECK_EQ_U(st.device_calls[GM_CALL_PHYS_CREATE], 2);
+    CHECK_EQ_U(st.device_calls[GM_CALL_MAP], 2);
     CHECK_EQ_U(st.total_free_bytes, 0);
     CHECK_OK(gm_free(p, a, NULL)); /* page 0 idle, page 1 still used by b */
     CHECK_OK(gm_pool_stats(p, &st));
@@ -387,14 +389,25 @@ static void test_vmm_pages(void)
     CHECK_EQ_U(st.total_free_bytes, 3 * MiB);
     CHECK_EQ_U(st.largest_free_bytes, 3 * MiB);
     CHECK_OK(gm_pool_check(p));
-    /* an 8 MiB block does not fit the 3 MiB hole: new pages come from recycling page 0 */
+    /* an 8 MiB block does not fit the 3 MiB hole, and page 0 cannot move alone (its run holds
+     * page 1, in use): one new run of 4 pages */
     CHECK_OK(gm_alloc(p, 8 * MiB, NULL, &c));
     CHECK_OK(gm_pool_stats(p, &st));
-    CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP], 1);
-    CHECK_EQ_U(st.reserved_bytes, 6 * MiB + 6 * MiB); /* 4 pages for c, one of them recycled */
+    CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP], 0);
+    CHECK_EQ_U(st.device_calls[GM_CALL_MAP], 3);
+    CHECK_EQ_U(st.reserved_bytes, 6 * MiB + 8 * MiB);
     CHECK_OK(gm_pool_check(p));
+    /* b freed: runs {0,1} and {2} are idle; an 8 MiB block (the 6 MiB hole at 0 is too small)
+     * takes them both past c (moved: an unmap and a map each) and one new page */
     CHECK_OK(gm_free(p, b, NULL));
+    CHECK_OK(gm_alloc(p, 8 * MiB, NULL, &d));
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP], 2);
+    CHECK_EQ_U(st.device_calls[GM_CALL_PHYS_CREATE], 4);
+    CHECK_EQ_U(st.reserved_bytes, 6 * MiB + 8 * MiB + 2 * MiB);
+    CHECK_OK(gm_pool_check(p));
     CHECK_OK(gm_free(p, c, NULL));
+    CHECK_OK(gm_free(p, d, NULL));
     CHECK_OK(gm_trim(p, 0));
     CHECK_OK(gm_pool_stats(p, &st));
     CHECK_EQ_U(st.reserved_bytes, 0);
