@@ -1,0 +1,95 @@
+#!/bin/bash
+# On the GPU machine, one command (issue 18; docs/benchmarks.md, "VMM pages in runs"):
+#  1. record the two multi-stream workloads of tools/torch_record_traces.py (side_prefetch,
+#     comm_overlap) into OUT/traces;
+#  2. REPS rounds, interleaved: PyTorch's default allocator and expandable_segments
+#     (tools/torch_replay.py's extension, one process per allocator per round, every trace in
+#     it, torch.cuda.empty_cache() between traces), then `gpumem replay --backend cuda` with
+#     plain segments and with VMM, on traces/*.csv.gz and the recorded ones; the recorded ones
+#     also on the sim (sim vs GPU reserved/live);
+#  3. the smallest budgets: bench/torch_min_budget.py for both PyTorch allocators, and
+#     `gpumem replay --min-budget --backend cuda` for the recorded traces (plain and VMM).
+# Every figure is one line in OUT/vmm_gpu.log; medians are taken afterwards.
+# usage: bench/vmm_gpu.sh BUILD_DIR OUT [REPS]   (BUILD_DIR holds tools/gpumem/gpumem)
+set -u
+BUILD=${1:?usage: bench/vmm_gpu.sh BUILD_DIR OUT [REPS]}
+OUT=${2:?usage: bench/vmm_gpu.sh BUILD_DIR OUT [REPS]}
+REPS=${3:-3}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+GM=$BUILD/tools/gpumem/gpumem
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/gm_torch_ext} PYTHONUNBUFFERED=1
+mkdir -p "$OUT/traces"
+LOG=$OUT/vmm_gpu.log
+exec > >(tee -a "$LOG") 2>&1
+echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+for w in side_prefetch comm_overlap; do
+    timeout 120 python3 "$ROOT/tools/torch_record_traces.py" "$w" "$OUT/traces" | sed "s/^/record $w: /"
+done
+TRACES=("$ROOT"/traces/*.csv.gz)
+NEW=()
+for w in side_prefetch comm_overlap; do
+    [ -f "$OUT/traces/$w.csv.gz" ] && NEW+=("$OUT/traces/$w.csv.gz")
+done
+TRACES+=("${NEW[@]}")
+torch_round() { # CONF REP
+    PYTORCH_CUDA_ALLOC_CONF=$1 timeout 240 python3 - "$1" "$2" "${TRACES[@]}" <<'PY'
+import json, os, sys
+sys.path.insert(0, os.path.join(os.environ["ROOT"], "tools"))
+import torch, torch_replay
+torch.cuda.init(); torch.zeros(1, device="cuda")
+e = torch_replay.ext()
+conf, rep = sys.argv[1] or "default", sys.argv[2]
+for path in sys.argv[3:]:
+    kinds, ids, sizes, nid, peak = torch_replay.load(path)
+    torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_reserved()
+    t = e.replay(torch.tensor(kinds, dtype=torch.int8), torch.tensor(ids), torch.tensor(sizes), nid)
+    res = torch.cuda.max_memory_reserved() - base
+    print("torch[%s] #%s %s reserved/live %.4f ns/op %.1f device_allocs %s" % (
+        conf.split(":")[0], rep, os.path.basename(path), res / peak, t / len(kinds),
+        torch.cuda.memory_stats().get("num_device_alloc")))
+PY
+}
+gpumem_once() { # LABEL REP TRACE ARGS...
+    label=$1 rep=$2 t=$3
+    shift 3
+    "$GM" replay --no-progress --json "$@" "$t" | python3 -c 'import json, sys
+d = json.load(sys.stdin)
+c = d["device_calls"]
+mem = sum(c.get(k, 0) for k in ("mem_alloc", "mem_free", "va_reserve", "va_release", "phys_create", "phys_release", "map", "unmap"))
+print("gpumem[%s] #%s %s reserved/live %.4f ns/op %.1f device %.2f ms memory-calls %d per-1000-ops %.2f" % (
+    sys.argv[1], sys.argv[2], d["trace"].split("/")[-1], d["reserved_over_live"], d["ns_per_op"],
+    d["timed_device_time_ns"] / 1e6, mem, 1000.0 * mem / max(1, d["ops"])))' "$label" "$rep"
+}
+export ROOT
+for rep in $(seq "$REPS"); do
+    torch_round "" "$rep"
+    torch_round "expandable_segments:True" "$rep"
+    for t in "${TRACES[@]}"; do
+        gpumem_once plain "$rep" "$t" --backend cuda --segments plain
+        gpumem_once vmm "$rep" "$t" --backend cuda --segments vmm
+    done
+done
+for t in "${NEW[@]}"; do # sim vs GPU; "merged": every op on one stream, as the GPU replay ran before
+    m=$OUT/traces/merged_$(basename "$t")
+    zcat "$t" | awk -F, 'BEGIN { OFS = "," } NR > 1 { $6 = "0x0" } { print }' | gzip >"$m"
+    gpumem_once sim-plain 1 "$t" --segments plain
+    gpumem_once sim-vmm 1 "$t" --segments vmm
+    gpumem_once sim-plain-merged 1 "$m" --segments plain
+    gpumem_once cuda-plain-merged 1 "$m" --backend cuda --segments plain
+done
+for conf in "" "expandable_segments:True"; do
+    PYTORCH_CUDA_ALLOC_CONF=$conf timeout 240 python3 "$ROOT/bench/torch_min_budget.py" "${TRACES[@]}" |
+        sed "s/^/min-budget torch[${conf:-default}] /"
+done
+for t in "${NEW[@]}"; do
+    for s in plain vmm; do
+        "$GM" replay --no-progress --json --min-budget --backend cuda --segments $s "$t" |
+            python3 -c 'import json, sys
+d = json.load(sys.stdin)
+print("min-budget gpumem[cuda-%s] %s %.4f (%d bytes, peak live %d)" % (sys.argv[1],
+      d["trace"].split("/")[-1], d["min_budget_ratio"], d["min_budget_bytes"], d["peak_live_bytes"]))' "$s"
+    done
+done
+echo "done: $(date -u '+%H:%M:%S UTC')"
