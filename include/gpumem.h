@@ -752,8 +752,9 @@ GM_API gm_status gm_evict_parse(const char *name, gm_evict *out);
 typedef struct gm_config_key {
     const char *name;         /* "reserve_limit", "cache_match.small", "sim.capacity" */
     const char *type;         /* "size", "unsigned", "u64", "fraction" ([0, 1]), "ratio" (> 0),
-                                 "bool", or an enum: "strategy", "segments", "release",
-                                 "growth", "match", "evict" */
+                                 "bool", "path" (a file name without a comma, shorter than
+                                 GM_TRACE_PATH_BYTES), or an enum: "strategy", "segments",
+                                 "release", "growth", "match", "evict" */
     const char *default_text; /* "0 (no cap)", "1MiB", "default (tlsf)" */
     const char *help;         /* one line */
 } gm_config_key;

@@ -372,8 +372,8 @@ static bool value_parse(key_type t, const char *v, void *f)
         return true;
     case K_BOOL:
         return parse_bool(v, f);
-    case K_PATH:
-        if (strlen(v) >= GM_TRACE_PATH_BYTES)
+    case K_PATH: /* no comma: gm_config_format's text must parse back */
+        if (strlen(v) >= GM_TRACE_PATH_BYTES || strchr(v, ','))
             return false;
         strcpy(f, v);
         return true;

@@ -161,6 +161,13 @@ static void test_every_type(void)
     CHECK_OK(gm_config_get(&c, "cache_match.small", v, sizeof v));
     CHECK(strcmp(v, "best") == 0);
 
+    c = set_ok("trace", "/tmp/gm trace.csv.gz"); /* path */
+    CHECK(strcmp(c.trace_file, "/tmp/gm trace.csv.gz") == 0);
+    CHECK_OK(gm_config_get(&c, "trace", v, sizeof v));
+    CHECK(strcmp(v, "/tmp/gm trace.csv.gz") == 0);
+    c = set_ok("trace", "");
+    CHECK_EQ_U(c.trace_file[0], 0);
+
     gm_sim_config s = {0}; /* the device's keys, with and without "sim." */
     CHECK_OK(gm_sim_config_set(&s, "sim.capacity", "8G"));
     CHECK_OK(gm_sim_config_set(&s, "granularity", "4MiB"));
@@ -197,6 +204,14 @@ static void test_bad_values(void)
     set_bad("growth", "linear", "geometric, exact");
     set_bad("cache_match.large", "close", "exact, approx, best");
     set_bad("cache_evict.small", "random", "lru, fifo");
+    set_bad("trace", "a,b.csv", "without a comma"); /* format's text would not parse back */
+    char long_path[GM_TRACE_PATH_BYTES + 1];
+    memset(long_path, 'p', sizeof long_path - 1);
+    long_path[sizeof long_path - 1] = 0;
+    gm_config c0 = {0};
+    CHECK_STATUS(gm_config_set(&c0, "trace", long_path), GM_ERR_INVALID_ARGUMENT);
+    CHECK_EQ_U(c0.trace_file[0], 0);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "shorter than GM_TRACE_PATH_BYTES");
 
     gm_sim_config s = {0};
     CHECK_STATUS(gm_sim_config_set(&s, "sim.capacity", "big"), GM_ERR_INVALID_ARGUMENT);
