@@ -3,15 +3,16 @@
 #   make test   build, then run every test (ctest)
 # Both install what they need with apt-get when it is missing: `make run` only a C compiler,
 # cmake and zlib; `make test` also python3 with pip and setuptools (the HTML report's browser
-# test installs chromium itself, or skips). Other targets: make build, make sanitize, make bench,
-# make clean.
+# test installs chromium itself, or skips). Other targets: make build, make sanitize, make debug3,
+# make fuzz, make bench, make clean.
 
 BUILD     ?= build
 BUILDTYPE ?= RelWithDebInfo
 JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
+FUZZ_SECONDS ?= 60
 
-.PHONY: all build run test sanitize tsan bench deps clean install
+.PHONY: all build run test sanitize tsan debug3 fuzz bench deps clean install
 
 all: build
 
@@ -42,6 +43,22 @@ tsan: deps
 	cmake --build $(BUILD)-tsan -j $(JOBS)
 	cd $(BUILD)-tsan && ctest --output-on-failure -R 'test_threads|test_sim|test_cache|test_defrag|test_multi'
 
+# The suite with GM_DEBUG=3: gm_pool_check after every public call (docs/testing.md).
+debug3: deps
+	cmake -S . -B $(BUILD)-debug3 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGM_DEBUG=3
+	cmake --build $(BUILD)-debug3 -j $(JOBS)
+	@./tools/install_deps.sh test
+	cd $(BUILD)-debug3 && ctest --output-on-failure -j $(JOBS)
+
+# The libFuzzer harnesses of tests/fuzz (clang), each run for FUZZ_SECONDS from the committed
+# seeds; clang's fuzzer runtime (libclang-rt-14-dev) is installed when it is missing.
+fuzz: deps
+	@./tests/fuzz/deps.sh
+	cmake -S . -B $(BUILD)-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	      -DGM_FUZZ=ON -DGM_DEBUG=2 -DBUILD_TESTING=OFF
+	cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzz_trace fuzz_api
+	./tests/fuzz/run.sh $(BUILD)-fuzz $(FUZZ_SECONDS)
+
 bench: build
 	./bench/run_all.sh $(BUILD)
 
@@ -49,4 +66,4 @@ install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-debug3 $(BUILD)-fuzz

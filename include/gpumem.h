@@ -416,11 +416,15 @@ GM_API gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_po
 
 /* Destroy a pool and give all its device memory back. With live blocks it returns GM_ERR_BUSY,
  * names the count in gm_last_error, and destroys nothing: free them first, or use
- * gm_pool_destroy_force. NULL pool: GM_ERR_INVALID_ARGUMENT. No other thread may use the pool. */
+ * gm_pool_destroy_force. NULL pool: GM_ERR_INVALID_ARGUMENT. If the device refuses to take
+ * memory back (a failed cuMemFree / cuMemUnmap / cuMemRelease), the pool is destroyed anyway and
+ * the call returns GM_ERR_BACKEND, naming the count in gm_last_error(NULL): that memory stays
+ * on the device. No other thread may use the pool. */
 GM_API gm_status gm_pool_destroy(gm_pool *pool);
 
 /* Destroy a pool even with live blocks; their device memory is released, so those pointers
- * become invalid. Returns GM_OK (NULL: GM_ERR_INVALID_ARGUMENT). */
+ * become invalid. Returns GM_OK (NULL: GM_ERR_INVALID_ARGUMENT; GM_ERR_BACKEND as
+ * gm_pool_destroy when the device refuses a release). */
 GM_API gm_status gm_pool_destroy_force(gm_pool *pool);
 
 /* Allocate `size` bytes usable by work on `stream`; *out is GM_ALIGNMENT-aligned.

@@ -47,7 +47,7 @@ static const size_t CACHE_CAP_FLOOR = (size_t)32 << 20;
  * CACHE_SL_LOG2 ones, shifted down, count CACHE_SL_COUNT once too many: the - 1 takes it out. */
 static inline unsigned class_of(size_t size)
 {
-    assert(GM_DEBUG < 2 || size >= BLOCK_ALIGN);
+    GM_ASSERT2(size >= BLOCK_ALIGN);
     unsigned top = floor_log2(size);
     return (unsigned)(size >> (top - CACHE_SL_LOG2)) +
            (top - BLOCK_ALIGN_LOG2 - 1) * CACHE_SL_COUNT;
@@ -96,7 +96,7 @@ void cache_init(gm_cache *c, const gm_config *cfg, size_t capacity)
     c->ratio = cfg->cache_approx_ratio;
     c->live_ratio = cfg->cache_cap_live_ratio;
     /* resolve_config (pool.c) checks both; bucket_of and the approx window rely on them */
-    assert(GM_DEBUG < 2 || (c->small_max <= c->large_min && c->ratio > 0 && c->ratio <= 1));
+    GM_ASSERT(c->small_max <= c->large_min && c->ratio > 0 && c->ratio <= 1);
     c->cap = cfg->cache_cap_bytes ? cfg->cache_cap_bytes
                                   : (size_t)((double)capacity * cfg->cache_cap_fraction);
     c->cap_d = (double)c->cap;

@@ -91,7 +91,7 @@ static gm_status slot_new_locked(gm_pool *pool, uint32_t *out)
     if (pool->handle_free == UINT32_MAX) {
         uint32_t old = pool->handle_cap;
         uint32_t cap = old ? (old > HANDLE_MASK / 2 ? HANDLE_MASK : old * 2) : 64;
-        handle_slot *v = cap > old ? realloc(pool->handles, cap * sizeof *v) : NULL;
+        handle_slot *v = cap > old ? gm_host_realloc(pool->handles, cap * sizeof *v) : NULL;
         if (!v)
             return pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
                                     "gm_alloc_movable: no handle slot left (%" PRIu32
@@ -145,7 +145,7 @@ static int block_by_addr_desc(const void *x, const void *y)
 /* The arena's spans in address order (a fresh array; NULL if host memory is exhausted). */
 static gm_span **sorted_spans(const gm_arena *a, size_t *n)
 {
-    gm_span **v = malloc((a->span_count ? a->span_count : 1) * sizeof *v);
+    gm_span **v = gm_host_malloc((a->span_count ? a->span_count : 1) * sizeof *v);
     size_t k = 0;
     if (!v)
         return NULL;
@@ -320,7 +320,7 @@ static void compact_arena_locked(gm_pool *pool, gm_arena *a, defrag_run *r)
             count += movable_candidate(pool, a, b);
     if (!count)
         return;
-    gm_block **cand = malloc(count * sizeof *cand);
+    gm_block **cand = gm_host_malloc(count * sizeof *cand);
     gm_span **spans = sorted_spans(a, &ns);
     if (!cand || !spans) {
         free(cand);
@@ -431,6 +431,8 @@ gm_status gm_alloc_movable(gm_pool *pool, size_t size, gm_stream stream, gm_hand
     pool->handles[i].block = b;
     pool->movable_live++;
     gm_handle *h = encode(pool, i, pool->handles[i].gen);
+    if (GM_DEBUG >= 3)
+        debug_validate_locked(pool);
     gm_mutex_unlock(&pool->lock);
     *out = h;
     return GM_OK;

@@ -21,6 +21,7 @@
 
 #include "backend.h"
 #include "gpumem.h"
+#include "hostmem.h"
 
 #include <assert.h>
 #include <stdatomic.h>
@@ -38,6 +39,21 @@
 #define GM_COLD __attribute__((noinline, cold))
 /* A hot helper the compiler would keep out of line because it has more than one caller. */
 #define GM_INLINE inline __attribute__((always_inline))
+
+/* Debug levels (GM_DEBUG; CMake's GM_DEBUG; docs/testing.md), whatever NDEBUG says:
+ *   0  no checks;
+ *   1  (the default) GM_ASSERT: cheap O(1) checks off the per-operation hot paths;
+ *   2  also GM_ASSERT2: the structure around every block a call takes or gives back (its
+ *      neighbours, span, flags) and the hot paths' preconditions;
+ *   3  also gm_pool_check after every public call that holds the pool lock.
+ * A failed check prints the file, line and condition and aborts. */
+GM_COLD _Noreturn void gm_assert_fail(const char *file, int line, const char *expr);
+#define GM_CHECK_AT_(level, cond)                                                              \
+    ((void)(GM_DEBUG >= (level) && __builtin_expect(!(cond), 0)                                 \
+                ? (gm_assert_fail(__FILE__, __LINE__, #cond), 0)                                \
+                : 0))
+#define GM_ASSERT(cond) GM_CHECK_AT_(1, cond)
+#define GM_ASSERT2(cond) GM_CHECK_AT_(2, cond)
 /* A branch almost never taken (tracing on): laid out off the hot path. */
 #define GM_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
@@ -469,6 +485,7 @@ struct gm_pool {
 gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 gm_status pool_unlock(gm_pool *pool, gm_status st); /* unlock; publish a failure */
+void debug_validate_locked(gm_pool *pool); /* GM_DEBUG 3: gm_pool_check holds, or abort */
 gm_status fail_no_pool(gm_status st, const char *fn, const char *what);
 void pool_note_reserved_locked(gm_pool *pool, size_t bytes, bool grow);
 gm_block *block_new_locked(gm_pool *pool);
@@ -605,9 +622,10 @@ const vmm_range *vmm_range_of(const gm_arena *a, uintptr_t addr);
 /* gm_trim: release every range of VMM arena a when none of its pages is mapped. */
 void vmm_release_ranges_locked(gm_pool *pool, gm_arena *a);
 /* Give wholly free span s back to the device; when the device call fails nothing changes and
- * its status is returned. The force variant (pool destruction) forgets the span anyway. */
+ * its status is returned. The force variant (pool destruction) forgets the span anyway and
+ * returns the device call's status (a failure is memory left on the device). */
 gm_status span_release_locked(gm_pool *pool, gm_span *s);
-void span_release_force_locked(gm_pool *pool, gm_span *s);
+gm_status span_release_force_locked(gm_pool *pool, gm_span *s);
 gm_status pages_acquire_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);
 void pages_drop_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);
 size_t pages_unmap_idle_locked(gm_pool *pool, gm_arena *a, size_t max_pages);
@@ -658,6 +676,24 @@ static inline unsigned floor_log2(size_t v) /* v > 0 */
 static inline bool block_is_free(const gm_block *b)
 {
     return (b->flags & BLOCK_FREE) != 0;
+}
+
+/* GM_ASSERT2's check of the structure around block b: inside its span and aligned, its
+ * address-order neighbours point back at it and touch it (or it is the span's first / last
+ * block), and it is in at most one place (free, pending, cached, a thread's cache). O(1). */
+static inline bool block_sane(const gm_block *b)
+{
+    const gm_span *s = b->span;
+    uint32_t place = b->flags & (BLOCK_FREE | BLOCK_PENDING | BLOCK_CACHED | BLOCK_THREAD);
+    if (!s || !b->size || (b->addr | b->size) % BLOCK_ALIGN || b->addr < s->base ||
+        b->addr - s->base > s->size || b->size > s->size - (b->addr - s->base) ||
+        (place & (place - 1)))
+        return false;
+    const gm_block *p = b->phys_prev, *n = b->phys_next;
+    if (p ? p->phys_next != b || p->addr + p->size != b->addr : s->first != b)
+        return false;
+    return n ? n->phys_prev == b && b->addr + b->size == n->addr
+             : b->addr + b->size == s->base + s->size;
 }
 
 

@@ -66,9 +66,39 @@ gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
     return st;
 }
 
-/* Drop the lock; on failure publish the message to this thread and the callback. */
+/* GM_DEBUG 3: a full validation (the world stopped meanwhile), after every public call. */
+void debug_validate_locked(gm_pool *pool)
+{
+    bool faults = gm_host_fault_pause(); /* a test's injected host failures are not for it */
+    tcache_stop_world_locked(pool);
+    /* As gm_pool_check, the lock-free path's lazy peaks are brought up to date first, but only
+     * for the check: a debug level must not change what the stats report. */
+    size_t peak_live = pool->peak_live, peak_allocated = pool->peak_allocated;
+    pool_update_peaks_locked(pool);
+    gm_status st = pool_check_locked(pool);
+    pool->peak_live = peak_live;
+    pool->peak_allocated = peak_allocated;
+    tcache_start_world_locked(pool);
+    gm_host_fault_resume(faults);
+    if (st != GM_OK)
+        fprintf(stderr, "gpumem: gm_pool_check failed: %s\n", pool->error_text);
+    GM_ASSERT(st == GM_OK);
+}
+
+/* GM_DEBUG 3 after a call served without the pool lock (the thread caches). */
+static GM_COLD void debug_validate(gm_pool *pool)
+{
+    gm_mutex_lock(&pool->lock);
+    debug_validate_locked(pool);
+    gm_mutex_unlock(&pool->lock);
+}
+
+/* Drop the lock; on failure publish the message to this thread and the callback. Every public
+ * call that takes the lock ends here or validates itself (GM_DEBUG 3). */
 gm_status pool_unlock(gm_pool *pool, gm_status st)
 {
+    if (GM_DEBUG >= 3 && st != GM_ERR_CORRUPT) /* gm_pool_check reports corruption itself */
+        debug_validate_locked(pool);
     gm_error_fn fn = NULL;
     void *user = NULL;
     if (st != GM_OK) {
@@ -130,7 +160,7 @@ static void block_make_spare(gm_pool *pool, gm_block *b)
 /* More spare records (block_record_locked's slow path). */
 GM_COLD bool block_chunk_add_locked(gm_pool *pool)
 {
-    block_chunk *c = aligned_alloc(64, round_up(sizeof *c, 64));
+    block_chunk *c = gm_host_aligned_alloc(64, round_up(sizeof *c, 64));
     if (!c)
         return false;
     c->next = pool->chunks;
@@ -165,7 +195,7 @@ enum { BMAP_FIRST_CAP = 128 };
 GM_COLD bool bmap_grow(block_map *m)
 {
     size_t cap = m->cap ? m->cap * 2 : BMAP_FIRST_CAP;
-    gm_block **slots = calloc(cap, sizeof *slots);
+    gm_block **slots = gm_host_calloc(cap, sizeof *slots);
     if (!slots)
         return false;
     block_map next = {slots, cap, m->count};
@@ -189,6 +219,7 @@ GM_COLD bool bmap_grow(block_map *m)
 void pool_note_reserved_locked(gm_pool *pool, size_t bytes, bool grow)
 {
     if (!grow) {
+        GM_ASSERT(pool->reserved_bytes >= bytes);
         pool->reserved_bytes -= bytes;
         return;
     }
@@ -252,7 +283,7 @@ static GM_COLD gm_heap *heap_add_locked(gm_pool *pool, gm_stream stream)
     if (pool->heap_count == pool->heap_cap) {
         /* Arenas point back at their heap and spans at their arena: re-point them. */
         size_t cap = pool->heap_cap ? pool->heap_cap * 2 : 4;
-        gm_heap *heaps = calloc(cap, sizeof *heaps);
+        gm_heap *heaps = gm_host_calloc(cap, sizeof *heaps);
         if (!heaps)
             return NULL;
         if (pool->heap_count)
@@ -356,6 +387,7 @@ size_t pool_default_segment_size(const gm_pool *pool, const gm_arena *a, size_t 
  * by a jump. */
 static inline void block_untake_bare(gm_pool *pool, gm_span *s, gm_block *b)
 {
+    GM_ASSERT2(block_sane(b) && b->span == s && s->live_blocks > 0);
     flags_set(b, BLOCK_FREE);
     b->requested = 0;
     b->handle = 0;
@@ -544,7 +576,7 @@ void pool_event_put_locked(gm_pool *pool, gm_event ev)
 {
     if (pool->event_count == pool->event_cap) {
         size_t cap = pool->event_cap ? pool->event_cap * 2 : 16;
-        gm_event *events = realloc(pool->events, cap * sizeof *events);
+        gm_event *events = gm_host_realloc(pool->events, cap * sizeof *events);
         if (!events) {
             (void)pool->backend->ops->event_destroy(pool->backend, ev);
             return;
@@ -675,7 +707,7 @@ static GM_COLD void add_stream_for_sync(gm_pool *pool, gm_stream s)
 {
     if (pool->synced_count == pool->synced_cap) {
         size_t cap = pool->synced_cap ? pool->synced_cap * 2 : 8;
-        gm_stream *v = realloc(pool->synced_streams, cap * sizeof *v);
+        gm_stream *v = gm_host_realloc(pool->synced_streams, cap * sizeof *v);
         if (!v) {
             (void)pool->backend->ops->stream_sync(pool->backend, s); /* cannot remember: wait */
             return;
@@ -708,7 +740,7 @@ static bool stream_listed(const gm_stream *streams, uint32_t n, gm_stream s)
 static void defer_block_locked(gm_pool *pool, gm_block *b, const gm_stream *streams, uint32_t n,
                                bool to_strategy)
 {
-    gm_event *events = malloc(((size_t)n + 1) * sizeof *events);
+    gm_event *events = gm_host_malloc(((size_t)n + 1) * sizeof *events);
     uint32_t recorded = 0;
     gm_backend *be = pool->backend;
     for (uint32_t i = 0; i < n; i++) {
@@ -745,7 +777,7 @@ static GM_COLD void block_freed_shared_locked(gm_pool *pool, gm_block *b, gm_str
 {
     gm_stream alloc_stream = b->tag;
     b->tag = stream;
-    gm_stream *others = realloc(b->extra_streams, (b->extra_count + 1u) * sizeof *others);
+    gm_stream *others = gm_host_realloc(b->extra_streams, (b->extra_count + 1u) * sizeof *others);
     if (!others) { /* cannot list them: wait for them instead */
         for (uint32_t i = 0; i < b->extra_count; i++)
             (void)pool->backend->ops->stream_sync(pool->backend, b->extra_streams[i]);
@@ -782,16 +814,6 @@ static GM_INLINE void block_unmapped_free_locked(gm_pool *pool, gm_block *b, gm_
     block_freed_locked(pool, b, stream);
 }
 
-/* GM_DEBUG 3: a full validation after every mutating call (the world stopped meanwhile). */
-static void debug_validate_locked(gm_pool *pool)
-{
-    tcache_stop_world_locked(pool);
-    gm_status st = pool_check_locked(pool);
-    tcache_start_world_locked(pool);
-    assert(st == GM_OK);
-    (void)st;
-}
-
 /* ---------------------------------------------------------------- public: create/destroy */
 
 gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **out)
@@ -799,7 +821,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     if (!backend || !out)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_create", "backend or out is NULL");
     /* Cache-line aligned: the live-map shards inside are each on their own line. */
-    gm_pool *pool = aligned_alloc(64, round_up(sizeof *pool, 64));
+    gm_pool *pool = gm_host_aligned_alloc(64, round_up(sizeof *pool, 64));
     if (pool)
         memset(pool, 0, sizeof *pool);
     if (!pool)
@@ -885,13 +907,18 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
             return fail_no_pool(st, "gm_pool_create", why);
         }
     }
+    if (GM_DEBUG >= 3)
+        debug_validate(pool);
     *out = pool;
     return GM_OK;
 }
 
-static void pool_teardown(gm_pool *pool)
+/* Give everything back and free the pool. Returns the device releases that failed (memory
+ * left on the device): the pool is gone either way. */
+static uint64_t pool_teardown(gm_pool *pool)
 {
     gm_backend *be = pool->backend;
+    uint64_t lost = 0;
     tracing_close(pool->trace); /* the trace's last lines, before anything is released */
     tcache_detach_all(pool);
     gm_mutex_lock(&pool->lock);
@@ -922,8 +949,9 @@ static void pool_teardown(gm_pool *pool)
             gm_arena *a = &pool->heaps[h].arenas[k];
             if (a->pages)
                 pages_unmap_idle_locked(pool, a, SIZE_MAX);
+            lost += a->mapped_pages; /* pages whose unmap the device refused */
             while (a->spans)
-                span_release_force_locked(pool, a->spans);
+                lost += span_release_force_locked(pool, a->spans) != GM_OK;
             a->ops->fini(pool, a);
         }
     for (size_t i = 0; i < pool->event_count; i++)
@@ -942,12 +970,25 @@ static void pool_teardown(gm_pool *pool)
     free(pool->events);
     if (pool->unreleased_count)
         unreleased_retry_locked(pool); /* what still fails is lost with the pool */
+    lost += pool->unreleased_count;
     free(pool->unreleased);
     free(pool->synced_streams);
     defrag_fini(pool);
     if (tls_error_pool == pool)
         tls_error_pool = NULL;
     free(pool);
+    return lost;
+}
+
+/* gm_pool_destroy's status once the pool is gone: releases the device refused. */
+static gm_status teardown_status(uint64_t lost, const char *fn)
+{
+    if (!lost)
+        return GM_OK;
+    char why[160];
+    snprintf(why, sizeof why, "%llu device releases failed (%s); that memory stays on the "
+             "device", (unsigned long long)lost, gm_backend_last_error());
+    return fail_no_pool(GM_ERR_BACKEND, fn, why);
 }
 
 gm_status gm_pool_destroy(gm_pool *pool)
@@ -965,16 +1006,14 @@ gm_status gm_pool_destroy(gm_pool *pool)
         return pool_unlock(pool, st);
     }
     gm_mutex_unlock(&pool->lock);
-    pool_teardown(pool);
-    return GM_OK;
+    return teardown_status(pool_teardown(pool), "gm_pool_destroy");
 }
 
 gm_status gm_pool_destroy_force(gm_pool *pool)
 {
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_destroy_force", "pool is NULL");
-    pool_teardown(pool);
-    return GM_OK;
+    return teardown_status(pool_teardown(pool), "gm_pool_destroy_force");
 }
 
 /* ---------------------------------------------------------------- public: alloc/free */
@@ -1172,7 +1211,7 @@ static GM_INLINE gm_status alloc_request_locked(gm_pool *pool, const gm_request 
     if (!h)
         return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (heap)");
     gm_arena *a = &h->arenas[rq->kind];
-    assert(GM_DEBUG < 2 || granted == a->ops->grant(pool, a, size));
+    GM_ASSERT2(granted == a->ops->grant(pool, a, size));
     gm_block *taken = cache_take_locked(pool, granted, stream);
     if (!taken) {
         gm_status st = arena_alloc_locked(pool, a, granted, &taken);
@@ -1182,6 +1221,7 @@ static GM_INLINE gm_status alloc_request_locked(gm_pool *pool, const gm_request 
     /* A copy that does not escape: the compiler keeps it in a register across the shard lock. */
     gm_block *b = taken;
     size_t block_size = b->size;
+    GM_ASSERT2(block_sane(b) && block_size >= size && b->span->live_blocks > 0);
     flags_set(b, 0);
     b->handle = handle;
     b->tag = stream;
@@ -1249,6 +1289,8 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
     pool_request(pool, size, &rq);
     if (atomic_load_explicit(&pool->tc_live, memory_order_relaxed) && size &&
         tcache_alloc(pool, &rq, stream, out)) {
+        if (GM_DEBUG >= 3)
+            debug_validate(pool);
         if (GM_UNLIKELY(pool->trace))
             tracing_alloc(pool->trace, *out, size, stream);
         return GM_OK;
@@ -1330,8 +1372,11 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
     if (GM_UNLIKELY(pool->trace)) /* before the block can go to another thread */
         tracing_free(pool->trace, ptr, stream);
     if (atomic_load_explicit(&pool->tc_live, memory_order_relaxed) &&
-        tcache_free(pool, addr, stream))
+        tcache_free(pool, addr, stream)) {
+        if (GM_DEBUG >= 3)
+            debug_validate(pool);
         return GM_OK;
+    }
     pool_lock_hot(pool);
     live_shard *sh = shard_of(pool, addr);
     bool shared = live_map_shared_locked(pool);
@@ -1346,6 +1391,7 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
         spin_unlock(&sh->lock);
     if (!plain)
         return pool_unlock(pool, free_refused_locked(pool, b, ptr, stream));
+    GM_ASSERT2(block_sane(b) && b->flags == 0);
     block_unmapped_free_locked(pool, b, stream);
     if (GM_DEBUG >= 3)
         debug_validate_locked(pool);
@@ -1374,7 +1420,7 @@ gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream)
     gm_block *b = bmap_lookup(&sh->map, (uintptr_t)ptr);
     gm_status st = GM_OK;
     if (b && stream != b->tag && !stream_listed(b->extra_streams, b->extra_count, stream)) {
-        gm_stream *v = realloc(b->extra_streams, (b->extra_count + 1u) * sizeof *v);
+        gm_stream *v = gm_host_realloc(b->extra_streams, (b->extra_count + 1u) * sizeof *v);
         if (v) {
             v[b->extra_count++] = stream;
             b->extra_streams = v;

@@ -80,7 +80,7 @@ static void span_unlink(gm_arena *a, gm_span *s)
 static gm_status span_new(gm_pool *pool, gm_arena *a, uintptr_t base, size_t size, bool vmm,
                           gm_span **out)
 {
-    gm_span *s = calloc(1, sizeof *s);
+    gm_span *s = gm_host_calloc(1, sizeof *s);
     gm_block *b = block_new_locked(pool);
     if (!s || !b) {
         free(s);
@@ -129,8 +129,9 @@ static gm_status vmm_range_add_locked(gm_pool *pool, gm_arena *a, size_t size)
         return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
                                 "a VMM arena of %zu + %zu pages is more than %u pages",
                                 a->page_count, pages, PAGE_NONE - 1);
-    vmm_page *table = realloc(a->pages, (a->page_count + pages) * sizeof *table);
-    vmm_range *ranges = table ? realloc(a->ranges, (a->range_count + 1) * sizeof *ranges) : NULL;
+    vmm_page *table = gm_host_realloc(a->pages, (a->page_count + pages) * sizeof *table);
+    vmm_range *ranges =
+        table ? gm_host_realloc(a->ranges, (a->range_count + 1) * sizeof *ranges) : NULL;
     if (table)
         a->pages = table; /* larger now; its new entries count once the range is added */
     if (ranges)
@@ -233,11 +234,11 @@ static gm_status span_release_in(gm_pool *pool, gm_span *s, bool force)
 {
     gm_arena *a = s->arena;
     gm_backend *be = pool->backend;
-    assert(s->live_blocks == 0);
+    GM_ASSERT(s->live_blocks == 0);
     size_t r = s->vmm ? range_index(a, s) : 0;
     gm_status st;
     if (s->vmm) {
-        assert(force || a->ranges[r].mapped == 0);
+        GM_ASSERT(force || a->ranges[r].mapped == 0);
         st = DEVICE_CALL(pool, GM_CALL_VA_RELEASE, be->ops->va_release(be, s->base, s->size));
     } else {
         sync_streams_locked(pool);
@@ -272,9 +273,9 @@ gm_status span_release_locked(gm_pool *pool, gm_span *s)
     return span_release_in(pool, s, false);
 }
 
-void span_release_force_locked(gm_pool *pool, gm_span *s)
+gm_status span_release_force_locked(gm_pool *pool, gm_span *s)
 {
-    (void)span_release_in(pool, s, true);
+    return span_release_in(pool, s, true);
 }
 
 /* ---- VMM pages ---- */
@@ -418,7 +419,7 @@ static gm_status run_unmap(gm_pool *pool, gm_arena *a, size_t h, gm_phys *phys)
 {
     gm_backend *be = pool->backend;
     size_t gran = pool->granularity, n = a->pages[h].run_len;
-    assert(a->pages[h].run == h && a->pages[h].run_busy == 0);
+    GM_ASSERT(a->pages[h].run == h && a->pages[h].run_busy == 0);
     sync_streams_locked(pool);
     gm_status st = DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, page_addr(a, h, gran),
                                                                     n * gran));
@@ -450,7 +451,7 @@ static gm_status phys_release(gm_pool *pool, gm_phys phys, size_t bytes)
     }
     if (pool->unreleased_count == pool->unreleased_cap) {
         size_t cap = pool->unreleased_cap ? pool->unreleased_cap * 2 : 4;
-        unreleased_phys *v = realloc(pool->unreleased, cap * sizeof *v);
+        unreleased_phys *v = gm_host_realloc(pool->unreleased, cap * sizeof *v);
         if (!v)
             return st; /* the handle is lost to the pool; its bytes stay counted */
         pool->unreleased = v;
@@ -599,7 +600,7 @@ static size_t stretch_room(const gm_arena *a, size_t last, size_t max)
 static void page_user_drop(gm_pool *pool, gm_arena *a, size_t p)
 {
     vmm_page *pg = &a->pages[p];
-    assert(pg->users > 0);
+    GM_ASSERT(pg->users > 0);
     if (--pg->users || !pg->phys)
         return;
     idle_push(a, p);
@@ -715,7 +716,7 @@ static size_t free_spans_locked(gm_pool *pool, size_t target, size_t max_segment
                     continue;
                 if (n == cap) {
                     cap = cap ? cap * 2 : 16;
-                    gm_span **grown = realloc(v, cap * sizeof *v);
+                    gm_span **grown = gm_host_realloc(v, cap * sizeof *v);
                     if (!grown) {
                         free(v);
                         *out = NULL;

@@ -219,7 +219,7 @@ static gm_status export_locked(gm_pool *pool, gm_block *b, gm_ipc_handle *out)
                                 (void *)b->addr);
     if (pool->export_count == pool->export_cap) {
         size_t cap = pool->export_cap ? pool->export_cap * 2 : 8;
-        ipc_export *v = realloc(pool->exports, cap * sizeof *v);
+        ipc_export *v = gm_host_realloc(pool->exports, cap * sizeof *v);
         if (!v)
             return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_ipc_export: host memory "
                                     "exhausted");

@@ -233,7 +233,7 @@ gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
 {
     if (!pool || !write)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_snapshot", "pool or writer is NULL");
-    json_out *j = malloc(sizeof *j);
+    json_out *j = gm_host_malloc(sizeof *j);
     gm_mutex_lock(&pool->lock);
     if (!j)
         return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
@@ -380,7 +380,7 @@ static gm_status check_arena(gm_pool *pool, const gm_arena *a, recount *rc)
 {
     size_t free_before = rc->free_blocks, spans = 0, span_bytes = 0;
     uint32_t *users = NULL;
-    if (a->pages && !(users = calloc(a->page_count, sizeof *users)))
+    if (a->pages && !(users = gm_host_calloc(a->page_count, sizeof *users)))
         return pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
                                 "gm_pool_check: host memory exhausted (a recount of %zu pages)",
                                 a->page_count);
@@ -454,6 +454,8 @@ gm_status pool_check_locked(gm_pool *pool)
     if (rc.thread != t.thread_cached_blocks)
         return CORRUPT("%zu blocks in thread caches, %zu flagged so", t.thread_cached_blocks,
                        rc.thread);
+    size_t spare = pool->unreleased_bytes; /* handles whose release failed (segment.c) */
+    rc.reserved += spare;
     if (rc.reserved != pool->reserved_bytes || segments != pool->segment_count)
         return CORRUPT("reserved %zu bytes in %zu segments counted, %zu in %zu found",
                        pool->reserved_bytes, pool->segment_count, rc.reserved, segments);
@@ -463,9 +465,10 @@ gm_status pool_check_locked(gm_pool *pool)
     /* Reserved bytes may exceed the limit: gm_pool_set_reserve_limit may lower it below them. */
     free_summary fs;
     free_summary_locked(pool, &fs);
-    if (fs.total != pool->reserved_bytes - t.allocated_bytes - rc.pending_bytes)
-        return CORRUPT("free bytes %zu != reserved %zu - allocated %zu - pending %zu", fs.total,
-                       pool->reserved_bytes, t.allocated_bytes, rc.pending_bytes);
+    if (fs.total != pool->reserved_bytes - t.allocated_bytes - rc.pending_bytes - spare)
+        return CORRUPT("free bytes %zu != reserved %zu - allocated %zu - pending %zu - "
+                       "unreleased %zu", fs.total, pool->reserved_bytes, t.allocated_bytes,
+                       rc.pending_bytes, spare);
     gm_status st = share_check_locked(pool, rc.exported);
     return st != GM_OK ? st : defrag_check_locked(pool, rc.movable);
 }

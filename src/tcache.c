@@ -244,7 +244,7 @@ void tcache_register(gm_pool *pool)
     if (!pool->tc_blocks || mine(pool) || pthread_once(&key_once, make_key) != 0 ||
         thread_key == (pthread_key_t)-1)
         return;
-    gm_tcache *tc = calloc(1, sizeof *tc);
+    gm_tcache *tc = gm_host_calloc(1, sizeof *tc);
     if (!tc)
         return; /* this thread keeps using the locked path */
     tc->pool_id = pool->id;

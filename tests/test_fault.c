@@ -1,10 +1,10 @@
 /*
- * Tests of the fault-injection wrapper (src/backend/fault.c): forwarding, capabilities, which
- * calls are eligible and how they fail, once or persistently, mirrored counters, and a
- * faultsim-style sweep that fails each call of a small workload in turn and checks that the
- * device ends with nothing leaked.
+ * Tests of the fault-injection wrapper (tests/support/fault_backend.c): forwarding,
+ * capabilities, which calls are eligible (every kind, or a mask) and how they fail, once or
+ * persistently, mirrored counters, and a faultsim-style sweep that fails each call of a small
+ * workload in turn and checks that the device ends with nothing leaked.
  */
-#include "backend.h"
+#include "fault_backend.h"
 #include "check.h"
 
 static const size_t MiB = (size_t)1 << 20;
@@ -22,6 +22,7 @@ static fixture fixture_new(int manual_streams)
     fixture x = {NULL, NULL};
     REQUIRE_OK(gm_sim_backend_create(&cfg, &x.inner));
     REQUIRE_OK(fault_backend_create(x.inner, &x.f));
+    fault_backend_kinds(x.f, FAULT_ACQUIRE); /* the calls that acquire; every kind: below */
     return x;
 }
 
@@ -150,6 +151,69 @@ static void test_eligible_calls(void)
     fixture_free(&x);
 }
 
+/* Every kind can fail, with its status, and nothing reaches the inner backend: a failed release,
+ * unmap or destroy leaves the thing it was given in place, so it can be retried. */
+static void test_every_kind(void)
+{
+    fixture x = fixture_new(0);
+    gm_backend *f = x.f, *in = x.inner;
+    gm_stream s = NULL;
+    REQUIRE_OK(gm_sim_stream_create(in, &s));
+    uintptr_t a = 0, r = 0;
+    gm_phys p = 0;
+    gm_event ev = 0;
+    REQUIRE_OK(f->ops->mem_alloc(f, MiB, &a));
+    REQUIRE_OK(f->ops->va_reserve(f, 2 * MiB, 0, &r));
+    REQUIRE_OK(f->ops->phys_create(f, 2 * MiB, &p));
+    REQUIRE_OK(f->ops->map(f, r, 2 * MiB, p));
+    REQUIRE_OK(f->ops->event_create(f, &ev));
+    fault_backend_kinds(f, FAULT_ALL);
+    fault_backend_set(f, 1, true);
+    size_t free_bytes = 0, total = 0;
+    gm_device_info info;
+    bool can = false;
+    ipc_blob blob;
+    uintptr_t opened = 0;
+    CHECK_STATUS(f->ops->unmap(f, r, 2 * MiB), GM_ERR_BACKEND);
+    CHECK_EQ_U(fault_backend_last_kind(f), FAULT_UNMAP);
+    CHECK_STATUS(f->ops->phys_release(f, p), GM_ERR_BACKEND);
+    CHECK_STATUS(f->ops->va_release(f, r, 2 * MiB), GM_ERR_BACKEND);
+    CHECK_STATUS(f->ops->mem_free(f, a), GM_ERR_BACKEND);
+    CHECK_EQ_U(fault_backend_last_kind(f), FAULT_MEM_FREE);
+    CHECK_STATUS(f->ops->event_query(f, ev), GM_ERR_BACKEND);
+    CHECK_STATUS(f->ops->stream_wait_event(f, s, ev), GM_ERR_BACKEND);
+    CHECK_STATUS(f->ops->stream_sync(f, s), GM_ERR_BACKEND);
+    CHECK_STATUS(f->ops->event_destroy(f, ev), GM_ERR_BACKEND);
+    CHECK_STATUS(f->ops->mem_info(f, &free_bytes, &total), GM_ERR_BACKEND);
+    CHECK_STATUS(f->ops->info(f, &info), GM_ERR_BACKEND);
+    CHECK_STATUS(f->ops->peer_can_access(f, in, &can), GM_ERR_BACKEND);
+    CHECK_STATUS(f->ops->peer_enable(f, in), GM_ERR_BACKEND);
+    CHECK_STATUS(f->ops->peer_map_access(f, in, r, 2 * MiB), GM_ERR_BACKEND);
+    CHECK_STATUS(f->ops->ipc_export(f, a, MiB, false, &blob), GM_ERR_BACKEND);
+    CHECK_STATUS(f->ops->ipc_unexport(f, &blob), GM_ERR_BACKEND);
+    CHECK_STATUS(f->ops->ipc_open(f, &blob, 1, 0, &opened), GM_ERR_BACKEND);
+    CHECK_STATUS(f->ops->ipc_close(f, opened), GM_ERR_BACKEND);
+    CHECK_EQ_U(fault_backend_last_kind(f), FAULT_IPC);
+    CHECK_STR_CONTAINS(gm_backend_last_error(), "injected failure of ipc");
+    CHECK_EQ_U(fault_backend_calls_seen(f), 17);
+    CHECK_EQ_U(device_free(in), 64 * MiB - 4 * MiB); /* nothing released (2 MiB segments) */
+    /* masked kinds pass and are not numbered */
+    fault_backend_kinds(f, FAULT_BIT(FAULT_MAP));
+    fault_backend_set(f, 1, true);
+    CHECK_OK(f->ops->event_destroy(f, ev));
+    CHECK_OK(f->ops->unmap(f, r, 2 * MiB));
+    CHECK_STATUS(f->ops->map(f, r, 2 * MiB, p), GM_ERR_BACKEND);
+    CHECK_EQ_U(fault_backend_calls_seen(f), 1);
+    fault_backend_set(f, 0, false);
+    CHECK_OK(f->ops->phys_release(f, p));
+    CHECK_OK(f->ops->va_release(f, r, 2 * MiB));
+    CHECK_OK(f->ops->mem_free(f, a));
+    CHECK_EQ_U(device_free(in), 64 * MiB);
+    CHECK_EQ_U(fault_backend_injected(f), 18);
+    CHECK_OK(gm_sim_stream_destroy(in, s));
+    fixture_free(&x);
+}
+
 /* A small workload that undoes what it did when any call fails. Returns the first failure. */
 static gm_status workload(gm_backend *f)
 {
@@ -215,6 +279,7 @@ int main(void)
     test_forwarding_and_caps();
     test_fail_once_and_persistently();
     test_eligible_calls();
+    test_every_kind();
     test_faultsim_sweep();
     return check_summary();
 }

@@ -4,7 +4,7 @@
  * following their physical run, copies, stream/event semantics with manual streams, the clock,
  * costs and counters, the gm_sim_* controls on bad backends, and a scale run.
  */
-#include "backend.h"
+#include "fault_backend.h"
 #include "sim_setup.h"
 
 #include <pthread.h>

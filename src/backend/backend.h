@@ -3,7 +3,7 @@
  *
  * A backend is a method table plus capabilities as data. Two implementations: `sim`
  * (simulated GPU, src/backend/sim.c) and `cuda` (driver API through dlopen, src/backend/cuda.c).
- * `fault.c` wraps any backend and fails chosen calls, for fault-injection tests.
+ * The tests' tests/support/fault_backend.c wraps any backend and fails chosen calls.
  *
  * Addresses are uintptr_t here (device addresses, never dereferenced by the allocator).
  * Every method is thread-safe. Every method that makes a device call bumps
@@ -139,13 +139,5 @@ bool ipc_manifest_read(int pid, int fd, void *data, size_t len);
 /* H200 cost model (docs/anchors.md), in ns, for a call of `kind` on `size` bytes;
  * interpolated linearly in log2(size) between the measured sizes. */
 uint64_t cost_model_ns(gm_call kind, size_t size);
-
-/* Fault injection (src/backend/fault.c): a backend that forwards to `inner` but fails the
- * `fail_at`-th device-memory call (1-based; 0 = never) with GM_ERR_OUT_OF_MEMORY (alloc-like
- * calls) or GM_ERR_BACKEND (others). `calls_seen` counts calls that were eligible. The wrapper
- * does not own `inner`. */
-gm_status fault_backend_create(gm_backend *inner, gm_backend **out);
-void fault_backend_set(gm_backend *fault, uint64_t fail_at, bool fail_persistently);
-uint64_t fault_backend_calls_seen(gm_backend *fault);
 
 #endif /* GM_BACKEND_H */

@@ -19,6 +19,7 @@
  * Cost: every method is one driver call (map: two) plus, at most, a context push and pop.
  */
 #include "backend.h"
+#include "hostmem.h"
 
 #include <assert.h>
 #include <dlfcn.h>
@@ -809,7 +810,7 @@ static bool grow(void **arr, size_t *cap, size_t need, size_t elem)
     if (need <= *cap)
         return true;
     size_t n = *cap ? *cap * 2 : 8;
-    void *p = realloc(*arr, n * elem);
+    void *p = gm_host_realloc(*arr, n * elem);
     if (!p)
         return false;
     *arr = p;
@@ -828,7 +829,7 @@ static void close_fds(int *fds, size_t n)
 static gm_status export_pages(cuda_backend *cb, uintptr_t addr, size_t size, int **fds_out)
 {
     size_t gran = cb->base.caps.vmm_granularity, n = size / gran;
-    int *fds = calloc(n ? n : 1, sizeof *fds);
+    int *fds = gm_host_calloc(n ? n : 1, sizeof *fds);
     if (!fds)
         return backend_set_error(GM_ERR_HOST_MEMORY, "cuda backend: out of host memory");
     for (size_t i = 0; i < n; i++) {
@@ -854,7 +855,7 @@ static gm_status export_pages(cuda_backend *cb, uintptr_t addr, size_t size, int
 static int manifest_write(const cuda_ipc_blob *blob, const int *fds, size_t n)
 {
     size_t len = sizeof *blob + n * sizeof *fds;
-    unsigned char *m = malloc(len);
+    unsigned char *m = gm_host_malloc(len);
     if (!m)
         return -1;
     cuda_ipc_blob copy = *blob;
@@ -940,7 +941,7 @@ static bool manifest_fetch(int pid, const cuda_ipc_blob *blob, int **fds)
 {
     size_t n = blob->vmm ? blob->size / blob->gran : 0;
     size_t len = sizeof *blob + n * sizeof(int);
-    unsigned char *m = n <= MANIFEST_MAX_FDS ? malloc(len) : NULL;
+    unsigned char *m = n <= MANIFEST_MAX_FDS ? gm_host_malloc(len) : NULL;
     cuda_ipc_blob expect = *blob;
     expect.manifest_fd = -1;
     bool ok = m && ipc_manifest_read(pid, blob->manifest_fd, m, len) &&
@@ -1283,7 +1284,7 @@ gm_status gm_cuda_backend_create(int device, gm_backend **out)
     if (st != GM_OK)
         return st;
 
-    cuda_backend *cb = calloc(1, sizeof *cb);
+    cuda_backend *cb = gm_host_calloc(1, sizeof *cb);
     if (!cb || pthread_mutex_init(&cb->ipc_lock, NULL) != 0) {
         free(cb);
         return backend_set_error(GM_ERR_HOST_MEMORY, "cuda backend: out of host memory");

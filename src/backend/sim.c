@@ -39,6 +39,7 @@
  * One mutex guards everything; counters and the clock are atomics.
  */
 #include "backend.h"
+#include "hostmem.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -201,7 +202,7 @@ static bool grow_array(void **arr, size_t *cap, size_t need, size_t elem)
     size_t n = *cap ? *cap : 16;
     while (n < need)
         n *= 2;
-    void *p = realloc(*arr, n * elem);
+    void *p = gm_host_realloc(*arr, n * elem);
     if (!p)
         return false;
     *arr = p;
@@ -766,7 +767,7 @@ static gm_status sim_va_reserve(gm_backend *b, size_t size, size_t align, uintpt
                                  "multiple of %zu, align 0 or a power of two", size, align,
                                  s->gran);
     size_t pages = size / s->gran;
-    uint32_t *table = calloc(pages, sizeof *table);
+    uint32_t *table = gm_host_calloc(pages, sizeof *table);
     if (!table)
         return host_memory_error("va_reserve");
     gm_status st = GM_OK;
@@ -1587,7 +1588,7 @@ static gm_status sim_device_new(const gm_sim_config *cfg, sim_system *sys, int o
 {
     size_t capacity = cfg->capacity ? cfg->capacity : SIM_DEFAULT_CAPACITY;
     size_t gran = cfg->vmm_granularity ? cfg->vmm_granularity : SIM_DEFAULT_GRANULARITY;
-    sim *s = calloc(1, sizeof *s);
+    sim *s = gm_host_calloc(1, sizeof *s);
     if (!s)
         return host_memory_error("gm_sim_backend_create");
     s->sys = sys;
@@ -1640,7 +1641,7 @@ gm_status gm_sim_devices_create(const gm_sim_config *cfg, int count, gm_backend 
     gm_status st = sim_check_config(cfg, capacity, gran, count);
     if (st != GM_OK)
         return st;
-    sim_system *sys = calloc(1, sizeof *sys);
+    sim_system *sys = gm_host_calloc(1, sizeof *sys);
     if (!sys || pthread_mutex_init(&sys->lock, NULL) != 0) {
         free(sys);
         return host_memory_error("gm_sim_devices_create");

@@ -116,7 +116,7 @@ static void merge_and_file(gm_pool *pool, buddy *d, gm_block *b)
 static gm_status buddy_init(gm_pool *pool, gm_arena *a)
 {
     (void)pool;
-    a->state = calloc(1, sizeof(buddy));
+    a->state = gm_host_calloc(1, sizeof(buddy));
     return a->state ? GM_OK : GM_ERR_HOST_MEMORY;
 }
 

@@ -67,7 +67,7 @@ static void list_remove(fixed *f, gm_block *b)
 
 static gm_status fixed_init(gm_pool *pool, gm_arena *a)
 {
-    fixed *f = calloc(1, sizeof *f);
+    fixed *f = gm_host_calloc(1, sizeof *f);
     if (!f)
         return GM_ERR_HOST_MEMORY;
     f->block = pool->cfg.fixed_block_bytes;

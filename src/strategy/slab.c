@@ -152,7 +152,8 @@ static bool map_put(addr_map *m, uintptr_t key, slab *val)
 {
     if ((m->count + 1) * 2 > m->cap) {
         size_t cap = m->cap ? m->cap * 2 : 256;
-        addr_map next = {calloc(cap, sizeof(uintptr_t)), calloc(cap, sizeof(slab *)), cap, 0};
+        addr_map next = {gm_host_calloc(cap, sizeof(uintptr_t)),
+                         gm_host_calloc(cap, sizeof(slab *)), cap, 0};
         if (!next.keys || !next.vals) {
             free(next.keys);
             free(next.vals);
@@ -172,7 +173,7 @@ static bool map_put(addr_map *m, uintptr_t key, slab *val)
 static void map_erase(addr_map *m, uintptr_t key)
 {
     size_t j = map_find(m, key), mask = m->cap - 1;
-    assert(j != SIZE_MAX);
+    GM_ASSERT2(j != SIZE_MAX);
     m->keys[j] = 0;
     m->count--;
     for (size_t k = (j + 1) & mask; m->keys[k]; k = (k + 1) & mask) {
@@ -325,7 +326,7 @@ static slab *slab_new_in(gm_pool *pool, slab_state *st, unsigned c, size_t size,
     size_t bytes = size * slab_objects(size);
     if (b->size < bytes)
         bytes = b->size / size * size;
-    slab *sl = calloc(1, sizeof *sl);
+    slab *sl = gm_host_calloc(1, sizeof *sl);
     if (!sl)
         return NULL;
     space_remove(st, b);
@@ -384,7 +385,7 @@ static gm_block *slab_carve(gm_pool *pool, slab_state *st, slab *sl, size_t size
 static gm_status slab_init(gm_pool *pool, gm_arena *a)
 {
     (void)pool;
-    slab_state *st = calloc(1, sizeof *st);
+    slab_state *st = gm_host_calloc(1, sizeof *st);
     if (!st)
         return GM_ERR_HOST_MEMORY;
     st->steps_log2 = a->kind == ARENA_SMALL ? STEPS_SMALL_LOG2 : STEPS_LARGE_LOG2;

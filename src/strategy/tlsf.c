@@ -174,7 +174,7 @@ static gm_status tlsf_check(const tlsf *t, size_t *free_blocks_out, char *why, s
 static gm_status tlsf_init_arena(gm_pool *pool, gm_arena *a)
 {
     (void)pool;
-    a->state = calloc(1, sizeof(tlsf));
+    a->state = gm_host_calloc(1, sizeof(tlsf));
     return a->state ? GM_OK : GM_ERR_HOST_MEMORY;
 }
 
