@@ -123,8 +123,8 @@ static size_t map_find(const gm_trace *t, uintptr_t k)
 static bool map_grow(gm_trace *t)
 {
     size_t cap = t->cap ? t->cap * 2 : MAP_MIN;
-    uintptr_t *keys = calloc(cap, sizeof *keys);
-    size_t *sizes = calloc(cap, sizeof *sizes);
+    uintptr_t *keys = gm_host_calloc(cap, sizeof *keys);
+    size_t *sizes = gm_host_calloc(cap, sizeof *sizes);
     if (!keys || !sizes) {
         free(keys);
         free(sizes);
@@ -315,11 +315,11 @@ static bool ends_with(const char *s, const char *suffix)
 
 gm_status tracing_open(const char *path, gm_trace **out, char *why, size_t n)
 {
-    gm_trace *t = calloc(1, sizeof *t);
+    gm_trace *t = gm_host_calloc(1, sizeof *t);
     if (t) {
-        t->fill = malloc(RECORDS * sizeof *t->fill);
-        t->spare = malloc(RECORDS * sizeof *t->spare);
-        t->text = malloc(RECORDS * LINE_MAX_BYTES);
+        t->fill = gm_host_malloc(RECORDS * sizeof *t->fill);
+        t->spare = gm_host_malloc(RECORDS * sizeof *t->spare);
+        t->text = gm_host_malloc(RECORDS * LINE_MAX_BYTES);
     }
     if (!t || !t->fill || !t->spare || !t->text) {
         if (t) {
