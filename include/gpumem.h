@@ -342,6 +342,9 @@ typedef struct gm_config {
 
     /* VMM. */
     size_t vmm_reserve_bytes; /* virtual range reserved per arena; 0 = device capacity */
+    unsigned vmm_run_pages;   /* most pages one device call creates and maps (1..16); 0 = 16.
+                                 1 = page by page: the tightest memory, the most device calls
+                                 (docs/benchmarks.md, "VMM pages in runs") */
 
     /* Cache of freed blocks (docs/cache.md). */
     int cache_disable;               /* nonzero: freed blocks go straight back to the strategy

@@ -92,6 +92,8 @@ typedef enum key_type {
       "geometric: largest shared segment; requests of half the shared size get their own")      \
     X("vmm_reserve", K_SIZE, vmm_reserve_bytes, "device capacity",                              \
       "virtual range reserved per VMM arena")                                                   \
+    X("vmm_run_pages", K_UNSIGNED, vmm_run_pages, "16",                                         \
+      "VMM: most pages one device call creates and maps (1-16); 1 = page by page, tightest")   \
     X("cache_disable", K_BOOL, cache_disable, "false",                                          \
       "freed blocks go straight back to the strategy (no cache)")                               \
     X("cache_small_max", K_SIZE, cache_small_max, "1MiB",                                       \
@@ -692,6 +694,8 @@ gm_status config_resolve(const gm_backend *be, const gm_config *in, gm_config *o
         c->growth_max = 1024 * MIB;
     if (!c->vmm_reserve_bytes && be)
         c->vmm_reserve_bytes = be->caps.capacity;
+    if (!c->vmm_run_pages)
+        c->vmm_run_pages = VMM_RUN_PAGES;
     if (!c->cache_small_max)
         c->cache_small_max = 1 * MIB;
     if (!c->cache_large_min)
@@ -738,6 +742,8 @@ gm_status config_resolve(const gm_backend *be, const gm_config *in, gm_config *o
         bad = "large_request_min must not exceed medium_segment_bytes";
     else if ((unsigned)c->growth >= GM_GROWTH_COUNT)
         bad = "growth: unknown value";
+    else if (c->vmm_run_pages > VMM_RUN_PAGES)
+        bad = "vmm_run_pages must be in 1..16";
     else if (!(c->growth_fraction > 0.0 && c->growth_fraction <= 1.0))
         bad = "growth_fraction must be in (0, 1]";
     else if (c->growth_min > c->growth_max)

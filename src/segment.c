@@ -572,7 +572,7 @@ static gm_status stretch_fill(gm_pool *pool, gm_arena *a, size_t p, size_t n, si
         }
         if (!n)
             break;
-        size_t len = n < VMM_RUN_PAGES ? n : VMM_RUN_PAGES;
+        size_t len = n < pool->cfg.vmm_run_pages ? n : pool->cfg.vmm_run_pages;
         gm_status st = run_create(pool, a, p, len);
         if (st == GM_ERR_OUT_OF_MEMORY && !recycle) {
             recycle = true; /* at the limit: recycle, then try again */
@@ -587,6 +587,14 @@ static gm_status stretch_fill(gm_pool *pool, gm_arena *a, size_t p, size_t n, si
 }
 
 /* Unmapped, unused pages right after page `last` of arena a, in its range: at most max. */
+/* Unmapped pages past a block that a new or recycled run may also cover: a quarter of the
+ * longest run, at most VMM_RUN_ROOM (none page by page). */
+static size_t vmm_room(const gm_pool *pool)
+{
+    size_t room = pool->cfg.vmm_run_pages / 4;
+    return room < VMM_RUN_ROOM ? room : VMM_RUN_ROOM;
+}
+
 static size_t stretch_room(const gm_arena *a, size_t last, size_t max)
 {
     size_t n = 0;
@@ -640,7 +648,7 @@ gm_status pages_acquire_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_
         while (q <= last && !a->pages[q].phys)
             q++;
         st = stretch_fill(pool, a, p, q - p,
-                          q > last ? stretch_room(a, last, VMM_RUN_ROOM) : 0);
+                          q > last ? stretch_room(a, last, vmm_room(pool)) : 0);
         p = q;
     }
     if (st == GM_OK) {

@@ -479,6 +479,34 @@ static void test_docs(const char *path)
     free(seen);
 }
 
+/* vmm_run_pages: how many pages one device call creates; 17 is refused. */
+static void test_vmm_run_pages(void)
+{
+    gm_config out;
+    gm_config c = set_ok("vmm_run_pages", "17");
+    CHECK_STATUS(gm_config_resolve(NULL, &c, &out), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "vmm_run_pages");
+    static const unsigned runs[] = {1, 0};
+    static const uint64_t creates[] = {4, 1}; /* an 8 MiB block = 4 pages of 2 MiB */
+    for (size_t i = 0; i < 2; i++) {
+        gm_backend *dev;
+        gm_pool *pool;
+        void *p;
+        REQUIRE_OK(gm_sim_backend_create(NULL, &dev));
+        gm_config cfg = {.segments = GM_SEGMENTS_VMM, .vmm_run_pages = runs[i]};
+        REQUIRE_OK(gm_pool_create(dev, &cfg, &pool));
+        CHECK_OK(gm_alloc(pool, 8 * MiB, NULL, &p));
+        gm_stats s;
+        CHECK_OK(gm_pool_stats(pool, &s));
+        CHECK(s.device_calls[GM_CALL_PHYS_CREATE] == creates[i]);
+        CHECK(s.reserved_bytes == 8 * MiB);
+        CHECK_OK(gm_free(pool, p, NULL));
+        CHECK_OK(gm_pool_check(pool));
+        gm_pool_destroy(pool);
+        gm_backend_destroy(dev);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--docs") == 0) {
@@ -494,5 +522,6 @@ int main(int argc, char **argv)
     test_parse();
     test_get_and_format();
     test_resolve();
+    test_vmm_run_pages();
     return check_summary();
 }
