@@ -840,7 +840,11 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     cache_init(&pool->cache, &pool->cfg, backend->caps.capacity);
     pool->id = tcache_next_pool_id();
     unsigned tcb = pool->cfg.thread_cache_blocks;
-    pool->tc_blocks = tcb == GM_THREAD_CACHE_OFF || pool->cfg.cache_disable ? 0
+    /* A traced pool has no thread caches: every call then takes the pool lock and is recorded
+     * under it, so the trace is the order the pool served the calls in (docs/tracing.md). */
+    pool->tc_blocks = tcb == GM_THREAD_CACHE_OFF || pool->cfg.cache_disable ||
+                              pool->cfg.trace_file[0]
+                          ? 0
                       : tcb < 64                                            ? tcb
                                                                             : 64;
     pool->tc_watch = pool->tc_blocks && !pool->cfg.thread_cache_eager;
@@ -1291,9 +1295,7 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
         tcache_alloc(pool, &rq, stream, out)) {
         if (GM_DEBUG >= 3)
             debug_validate(pool);
-        if (GM_UNLIKELY(pool->trace))
-            tracing_alloc(pool->trace, *out, size, stream);
-        return GM_OK;
+        return GM_OK; /* never traced: a traced pool has no thread caches */
     }
     pool_lock_hot(pool);
     gm_block *b = NULL;
@@ -1309,10 +1311,10 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
     void *addr = (void *)b->addr; /* read before the unlock's atomic: no reload after it */
     if (pool->tc_watch)
         watch_alloc_locked(pool, b->addr);
+    if (GM_UNLIKELY(pool->trace)) /* under the lock: the trace keeps the pool's order */
+        tracing_alloc(pool->trace, addr, size, stream);
     gm_mutex_unlock(&pool->lock);
     *out = addr;
-    if (GM_UNLIKELY(pool->trace))
-        tracing_alloc(pool->trace, addr, size, stream);
     return GM_OK;
 }
 
@@ -1369,8 +1371,6 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
     if (!ptr)
         return free_null(pool);
     uintptr_t addr = (uintptr_t)ptr;
-    if (GM_UNLIKELY(pool->trace)) /* before the block can go to another thread */
-        tracing_free(pool->trace, ptr, stream);
     if (atomic_load_explicit(&pool->tc_live, memory_order_relaxed) &&
         tcache_free(pool, addr, stream)) {
         if (GM_DEBUG >= 3)
@@ -1378,6 +1378,8 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
         return GM_OK;
     }
     pool_lock_hot(pool);
+    if (GM_UNLIKELY(pool->trace)) /* under the lock, before the block can be reused */
+        tracing_free(pool->trace, ptr, stream);
     live_shard *sh = shard_of(pool, addr);
     bool shared = live_map_shared_locked(pool);
     if (shared)
