@@ -153,7 +153,7 @@ static void vmm(gm_backend *be)
     CHECK_OK(gm_trim(p, 0)); /* x's pages unmapped; y's stay */
     CHECK_OK(gm_pool_stats(p, &st));
     CHECK_EQ_U(st.reserved_bytes, 4 * MiB);
-    CHECK_GE_U(st.device_calls[GM_CALL_UNMAP], 20);
+    CHECK_GE_U(st.device_calls[GM_CALL_UNMAP], 2); /* x's 20 pages: runs of at most 16 */
     CHECK(device_bytes_are((uintptr_t)y, 3 * MiB, 0xA5));
     CHECK_OK(gm_alloc(p, 40 * MiB, NULL, &x)); /* mapped again */
     fill(be, x, 40 * MiB, 0x3C);

@@ -821,21 +821,33 @@ static bool grow(void **arr, size_t *cap, size_t need, size_t elem)
 static void close_fds(int *fds, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        close(fds[i]);
+        if (fds[i] >= 0)
+            close(fds[i]);
     free(fds);
 }
 
-/* Export every granule page of [addr, addr + size) as a POSIX fd (context current). */
+/* Export the physical memory mapped at [addr, addr + size) as POSIX fds (context current): one
+ * entry per granule page; a page of the same physical allocation as the page before it (the
+ * pool creates and maps pages in runs, docs/architecture.md "VMM pages") gets -1, "continues
+ * the allocation before", so that the importer maps each allocation whole: cuMemMap maps a
+ * handle only from its offset 0. */
 static gm_status export_pages(cuda_backend *cb, uintptr_t addr, size_t size, int **fds_out)
 {
     size_t gran = cb->base.caps.vmm_granularity, n = size / gran;
     int *fds = gm_host_calloc(n ? n : 1, sizeof *fds);
     if (!fds)
         return backend_set_error(GM_ERR_HOST_MEMORY, "cuda backend: out of host memory");
+    CUmemGenericAllocationHandle prev = 0;
     for (size_t i = 0; i < n; i++) {
         CUmemGenericAllocationHandle h = 0;
         CUresult r = drv.cuMemRetainAllocationHandle(&h, (void *)(addr + i * gran));
         int fd = -1;
+        if (r == CUDA_SUCCESS && i && h == prev) { /* the same allocation goes on */
+            drv.cuMemRelease(h);
+            fds[i] = -1;
+            continue;
+        }
+        prev = h;
         if (r == CUDA_SUCCESS) {
             r = drv.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
                                                  0);
@@ -973,8 +985,11 @@ static gm_status import_pages(cuda_backend *cb, int pid, const cuda_ipc_blob *bl
     CUresult r = drv.cuMemAddressReserve(&va, blob->size, gran, 0, 0);
     size_t mapped = 0;
     gm_status st = r == CUDA_SUCCESS ? GM_OK : cuda_failed(r, "cuMemAddressReserve");
-    for (; st == GM_OK && mapped < n; mapped++) {
-        int fd = fd_from_process(pidfd, fds[mapped]);
+    while (st == GM_OK && mapped < n) {
+        size_t len = 1; /* pages of this allocation: its entry, then the -1s continuing it */
+        while (mapped + len < n && fds[mapped + len] < 0)
+            len++;
+        int fd = fds[mapped] < 0 ? -1 : fd_from_process(pidfd, fds[mapped]);
         if (fd < 0) {
             st = backend_set_error(GM_ERR_BACKEND, "cuda backend: ipc_open: pidfd_getfd(%d, %d)"
                                    ": %s (the importer needs ptrace access to the exporter)", pid,
@@ -986,13 +1001,14 @@ static gm_status import_pages(cuda_backend *cb, int pid, const cuda_ipc_blob *bl
                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
         close(fd);
         if (r == CUDA_SUCCESS) {
-            r = drv.cuMemMap(va + mapped * gran, gran, 0, h, 0);
+            r = drv.cuMemMap(va + mapped * gran, len * gran, 0, h, 0);
             drv.cuMemRelease(h); /* the mapping keeps the memory */
         }
         if (r != CUDA_SUCCESS) {
             st = cuda_failed(r, "cuMemImportFromShareableHandle / cuMemMap");
             break;
         }
+        mapped += len;
     }
     CUmemAccessDesc access = {
         .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = cb->dev},
