@@ -1205,6 +1205,14 @@ std::string snapshot_json(int dev) {
     return text;
 }
 
+std::string summary(int dev) {
+    gm_pool* p = installed().pool_for(static_cast<DeviceIndex>(dev));
+    std::string text(GM_SUMMARY_BYTES, '\0');
+    TORCH_CHECK(gm_pool_summary(p, &text[0], text.size()) == GM_OK, "gpumem.torch.summary: ", gm_last_error(p));
+    text.resize(std::strlen(text.c_str()));
+    return text;
+}
+
 void trim(int dev, size_t keep) {
     gm_pool* p = installed().pool_for(static_cast<DeviceIndex>(dev));
     TORCH_CHECK(gm_trim(p, keep) == GM_OK, "gpumem.torch.trim: ", gm_last_error(p));
@@ -1221,6 +1229,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("conf", [] { return gmt::installed().conf(); });
     m.def("stats", &gmt::stats, py::arg("device") = 0);
     m.def("snapshot_json", &gmt::snapshot_json, py::arg("device") = 0);
+    m.def("summary", &gmt::summary, py::arg("device") = 0);
     m.def("trim", &gmt::trim, py::arg("device") = 0, py::arg("keep") = 0);
     m.def("last_error", [](int dev) { return std::string(gm_last_error(gmt::installed().pool_for(static_cast<c10::DeviceIndex>(dev)))); },
           py::arg("device") = 0);

@@ -91,6 +91,12 @@ def snapshot(device=0):
     return json.loads(_ext().snapshot_json(int(device)))
 
 
+def summary(device=0):
+    """gpumem's summary of the device's pool as text (gm_pool_summary): current and peak live,
+    allocated, reserved and cached bytes, counts, fragmentation, segments, device calls."""
+    return _ext().summary(int(device))
+
+
 def trim(keep=0, device=0):
     """Give free device memory of the device's pool back until at most ``keep`` bytes stay
     reserved (torch.cuda.empty_cache() is trim(0) on every device)."""
