@@ -398,7 +398,9 @@ typedef struct gm_trace gm_trace;
 gm_status tracing_open(const char *path, gm_trace **out, char *why, size_t n);
 void tracing_alloc(gm_trace *t, void *ptr, size_t size, gm_stream stream);
 void tracing_alloc_failed(gm_trace *t, size_t size, gm_stream stream);
-void tracing_free(gm_trace *t, void *ptr, gm_stream stream); /* before the block goes back */
+/* A free gm_free accepts, of a gm_alloc block of `size` requested bytes, under the pool lock
+ * before the block goes back. */
+void tracing_free(gm_trace *t, void *ptr, size_t size, gm_stream stream);
 void tracing_close(gm_trace *t);                              /* flushes; NULL is a no-op */
 
 struct gm_pool {

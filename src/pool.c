@@ -1378,8 +1378,6 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
         return GM_OK;
     }
     pool_lock_hot(pool);
-    if (GM_UNLIKELY(pool->trace)) /* under the lock, before the block can be reused */
-        tracing_free(pool->trace, ptr, stream);
     live_shard *sh = shard_of(pool, addr);
     bool shared = live_map_shared_locked(pool);
     if (shared)
@@ -1391,6 +1389,11 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
         bmap_erase(&sh->map, j);
     if (shared)
         spin_unlock(&sh->lock);
+    /* Traced: a gm_alloc block's first free (an exported one's too: gm_free accepts it and
+     * holds the block), under the lock, before the block can be reused. Refused frees and
+     * movable blocks (never traced) are not written. */
+    if (GM_UNLIKELY(pool->trace) && b && !b->handle && !(b->flags & BLOCK_HELD))
+        tracing_free(pool->trace, ptr, b->requested, stream);
     if (!plain)
         return pool_unlock(pool, free_refused_locked(pool, b, ptr, stream));
     GM_ASSERT2(block_sane(b) && b->flags == 0);

@@ -7,8 +7,8 @@
  *     12345,0.000012345,allocate,0x7f0000000000,1048576,0x0
  *
  * Thread: the OS thread id; Time: seconds since the pool was created; Action: allocate,
- * allocate failure or free; Size: the requested bytes (a free gives its allocation's, looked up
- * in the writer's own pointer map); Stream: the stream, hex. A name ending in ".gz" is written
+ * allocate failure or free; Size: the requested bytes (a free gives its block's, which gm_free
+ * passes from the pool's live map); Stream: the stream, hex. A name ending in ".gz" is written
  * gzip-compressed through zlib (libz.so.1, loaded at run time: the library does not link it).
  *
  * Ordering: an allocation is recorded after it succeeded and a free before the block is given
@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { RECORDS = 8192, LINE_MAX_BYTES = 128, MAP_MIN = 1024 };
+enum { RECORDS = 8192, LINE_MAX_BYTES = 128 };
 enum { REC_ALLOC = 0, REC_FAILURE = 1, REC_FREE = 2 };
 
 typedef void *gz_file;
@@ -71,11 +71,6 @@ struct gm_trace {
     uint64_t t0_ns, t0_ticks; /* CLOCK_MONOTONIC and clock_ticks() at open */
     char *text;      /* formatted lines of one buffer */
     int failed;      /* a write failed (disk full?): the rest is dropped */
-    /* pointer -> requested size of live traced blocks (under lock; open addressing, linear
-     * probing, backward-shift deletion; load <= 1/2) */
-    uintptr_t *keys;
-    size_t *sizes;
-    size_t cap, count;
 };
 
 static uint64_t mono_ns(void)
@@ -103,78 +98,6 @@ static uint32_t thread_id(void)
     if (!tls_tid)
         tls_tid = (uint32_t)syscall(SYS_gettid);
     return tls_tid;
-}
-
-/* ---- pointer map ---------------------------------------------------------------------------- */
-
-static size_t map_home(const gm_trace *t, uintptr_t k)
-{
-    return (size_t)(((uint64_t)k * 0x9E3779B97F4A7C15ull) >> 32) & (t->cap - 1);
-}
-
-static size_t map_find(const gm_trace *t, uintptr_t k)
-{
-    size_t i = map_home(t, k);
-    while (t->keys[i] && t->keys[i] != k)
-        i = (i + 1) & (t->cap - 1);
-    return i;
-}
-
-static bool map_grow(gm_trace *t)
-{
-    size_t cap = t->cap ? t->cap * 2 : MAP_MIN;
-    uintptr_t *keys = gm_host_calloc(cap, sizeof *keys);
-    size_t *sizes = gm_host_calloc(cap, sizeof *sizes);
-    if (!keys || !sizes) {
-        free(keys);
-        free(sizes);
-        return false;
-    }
-    gm_trace old = *t;
-    t->keys = keys;
-    t->sizes = sizes;
-    t->cap = cap;
-    for (size_t i = 0; i < old.cap; i++)
-        if (old.keys[i]) {
-            size_t j = map_find(t, old.keys[i]);
-            t->keys[j] = old.keys[i];
-            t->sizes[j] = old.sizes[i];
-        }
-    free(old.keys);
-    free(old.sizes);
-    return true;
-}
-
-static void map_put(gm_trace *t, uintptr_t k, size_t size)
-{
-    if (2 * (t->count + 1) > t->cap && !map_grow(t))
-        return; /* no host memory: this block's free will log size 0 */
-    size_t i = map_find(t, k);
-    t->count += !t->keys[i];
-    t->keys[i] = k;
-    t->sizes[i] = size;
-}
-
-/* Remove k; returns its size, or SIZE_MAX if k is not a traced live block. */
-static size_t map_take(gm_trace *t, uintptr_t k)
-{
-    if (!t->cap)
-        return SIZE_MAX;
-    size_t i = map_find(t, k), mask = t->cap - 1;
-    if (!t->keys[i])
-        return SIZE_MAX;
-    size_t size = t->sizes[i];
-    for (size_t j = (i + 1) & mask; t->keys[j]; j = (j + 1) & mask) {
-        size_t home = map_home(t, t->keys[j]);
-        if (((j - home) & mask) >= ((j - i) & mask)) {
-            t->keys[i] = t->keys[j];
-            t->sizes[i] = t->sizes[j];
-            i = j;
-        }
-    }
-    t->keys[i] = 0;
-    t->count--;
-    return size;
 }
 
 /* ---- output (the writer thread) ------------------------------------------------------------ */
@@ -372,7 +295,6 @@ gm_status tracing_open(const char *path, gm_trace **out, char *why, size_t n)
 void tracing_alloc(gm_trace *t, void *ptr, size_t size, gm_stream stream)
 {
     pthread_mutex_lock(&t->lock);
-    map_put(t, (uintptr_t)ptr, size);
     record_locked(t, REC_ALLOC, (uintptr_t)ptr, size, stream);
     pthread_mutex_unlock(&t->lock);
 }
@@ -384,12 +306,10 @@ void tracing_alloc_failed(gm_trace *t, size_t size, gm_stream stream)
     pthread_mutex_unlock(&t->lock);
 }
 
-void tracing_free(gm_trace *t, void *ptr, gm_stream stream)
+void tracing_free(gm_trace *t, void *ptr, size_t size, gm_stream stream)
 {
     pthread_mutex_lock(&t->lock);
-    size_t size = map_take(t, (uintptr_t)ptr);
-    if (size != SIZE_MAX) /* not a traced live block: gm_free will refuse it */
-        record_locked(t, REC_FREE, (uintptr_t)ptr, size, stream);
+    record_locked(t, REC_FREE, (uintptr_t)ptr, size, stream);
     pthread_mutex_unlock(&t->lock);
 }
 
@@ -414,8 +334,6 @@ void tracing_close(gm_trace *t)
         dlclose(t->zlib);
     pthread_cond_destroy(&t->cond);
     pthread_mutex_destroy(&t->lock);
-    free(t->keys);
-    free(t->sizes);
     free(t->fill);
     free(t->spare);
     free(t->text);
