@@ -483,13 +483,65 @@ struct gm_pool {
                          pool_unlock clears it, so no failure reports an older message */
 };
 
+/* --- counters.c: the pool's counters (every layer may count) --- */
+/* Reserved bytes went up (grow) or down by `bytes`; the peak follows. */
+void pool_note_reserved_locked(gm_pool *pool, size_t bytes, bool grow);
+/* Device calls: count each and charge its device time to the pool. */
+void device_call_begin(gm_pool *pool);
+gm_status device_call_end(gm_pool *pool, gm_call kind, gm_status st);
+/* The comma operator sequences the clock read before the call. */
+#define DEVICE_CALL(pool, kind, expr) (device_call_begin(pool), device_call_end((pool), (kind), (expr)))
+/* The pool's figures with every thread cache's deltas added. */
+typedef struct pool_totals {
+    size_t live_bytes, allocated_bytes, live_blocks;
+    uint64_t alloc_count, free_count, thread_hits;
+    size_t thread_cached_blocks, thread_cached_bytes;
+} pool_totals;
+void pool_totals_locked(gm_pool *pool, pool_totals *out);
+/* Raise the live and allocated peaks to the totals (every locked allocation). */
+void pool_update_peaks_locked(gm_pool *pool);
+
+static inline int64_t signed_of(size_t v)
+{
+    return (int64_t)v;
+}
+
+/* Raise *peak to v (a compare-exchange: the fast path of a lone thread raises it too). */
+static inline void peak_raise(_Atomic size_t *peak, size_t v)
+{
+    size_t cur = atomic_load_explicit(peak, memory_order_relaxed);
+    while (v > cur &&
+           !atomic_compare_exchange_weak_explicit(peak, &cur, v, memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+}
+
+/* A block of `requested` bytes (granted `size`) became live (alloc) or was freed. The caller
+ * passes the sizes: gm_alloc has them in registers, where a load from the block after the shard
+ * lock's atomic would be repeated. */
+static inline void note_live(gm_pool *pool, size_t requested, size_t size, bool alloc)
+{
+    /* written only under the pool lock, read without it: relaxed, no locked instruction */
+    size_t live = atomic_load_explicit(&pool->live_bytes, memory_order_relaxed);
+    size_t allocated = atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed);
+    if (!alloc) {
+        atomic_store_explicit(&pool->live_bytes, live - requested, memory_order_relaxed);
+        atomic_store_explicit(&pool->allocated_bytes, allocated - size, memory_order_relaxed);
+        pool->live_blocks--;
+        return;
+    }
+    atomic_store_explicit(&pool->live_bytes, live + requested, memory_order_relaxed);
+    atomic_store_explicit(&pool->allocated_bytes, allocated + size, memory_order_relaxed);
+    pool->live_blocks++;
+    pool_update_peaks_locked(pool);
+}
+
 /* --- pool.c --- */
 gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 gm_status pool_unlock(gm_pool *pool, gm_status st); /* unlock; publish a failure */
 void debug_validate_locked(gm_pool *pool); /* GM_DEBUG 3: gm_pool_check holds, or abort */
 gm_status fail_no_pool(gm_status st, const char *fn, const char *what);
-void pool_note_reserved_locked(gm_pool *pool, size_t bytes, bool grow);
 gm_block *block_new_locked(gm_pool *pool);
 void block_delete_locked(gm_pool *pool, gm_block *b);
 
@@ -548,13 +600,6 @@ void defrag_fini(gm_pool *pool);    /* free the handle table */
 gm_status defrag_check_locked(gm_pool *pool, size_t movable_in_spans);
 
 /* --- tcache.c: per-thread lock-free caches --- */
-typedef struct pool_totals {
-    size_t live_bytes, allocated_bytes, live_blocks;
-    uint64_t alloc_count, free_count, thread_hits;
-    size_t thread_cached_blocks, thread_cached_bytes;
-} pool_totals;
-void pool_totals_locked(gm_pool *pool, pool_totals *out);
-void pool_update_peaks_locked(gm_pool *pool);
 /* The thread's cached block for rq on `stream`, without the pool lock; false on a miss (a
  * thread without a cache registers one first). */
 bool tcache_alloc(gm_pool *pool, const gm_request *rq, gm_stream stream, void **out);
@@ -605,12 +650,6 @@ bool cache_evict_one_locked(gm_pool *pool); /* false: the cache is empty */
 bool cache_evict_arena_locked(gm_pool *pool, const gm_arena *a);
 void cache_stats_locked(const gm_pool *pool, gm_stats *out);
 gm_status cache_check_locked(const gm_pool *pool, size_t *blocks, char *why, size_t len);
-
-/* --- device calls: count each and charge its device time to the pool --- */
-void device_call_begin(gm_pool *pool);
-gm_status device_call_end(gm_pool *pool, gm_call kind, gm_status st);
-/* The comma operator sequences the clock read before the call. */
-#define DEVICE_CALL(pool, kind, expr) (device_call_begin(pool), device_call_end((pool), (kind), (expr)))
 
 /* --- segment.c: spans, VMM pages --- */
 gm_status span_create_plain_locked(gm_pool *pool, gm_arena *a, size_t size, gm_span **out);

@@ -214,40 +214,6 @@ GM_COLD bool bmap_grow(block_map *m)
 }
 
 
-/* ---------------------------------------------------------------- counters */
-
-void pool_note_reserved_locked(gm_pool *pool, size_t bytes, bool grow)
-{
-    if (!grow) {
-        GM_ASSERT(pool->reserved_bytes >= bytes);
-        pool->reserved_bytes -= bytes;
-        return;
-    }
-    pool->reserved_bytes += bytes;
-    if (pool->reserved_bytes > pool->peak_reserved)
-        pool->peak_reserved = pool->reserved_bytes;
-}
-
-/* A block of `requested` bytes (granted `size`) became live (alloc) or was freed. The caller
- * passes the sizes: gm_alloc has them in registers, where a load from the block after the shard
- * lock's atomic would be repeated. */
-static inline void note_live(gm_pool *pool, size_t requested, size_t size, bool alloc)
-{
-    /* written only under the pool lock, read without it: relaxed, no locked instruction */
-    size_t live = atomic_load_explicit(&pool->live_bytes, memory_order_relaxed);
-    size_t allocated = atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed);
-    if (!alloc) {
-        atomic_store_explicit(&pool->live_bytes, live - requested, memory_order_relaxed);
-        atomic_store_explicit(&pool->allocated_bytes, allocated - size, memory_order_relaxed);
-        pool->live_blocks--;
-        return;
-    }
-    atomic_store_explicit(&pool->live_bytes, live + requested, memory_order_relaxed);
-    atomic_store_explicit(&pool->allocated_bytes, allocated + size, memory_order_relaxed);
-    pool->live_blocks++;
-    pool_update_peaks_locked(pool);
-}
-
 /* ---------------------------------------------------------------- config */
 
 /* Defaults and checks are config_resolve's (config.c); here the cap they give. */

@@ -33,18 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void device_call_begin(gm_pool *pool)
-{
-    pool->call_t0 = pool->backend->ops->clock_ns(pool->backend);
-}
-
-gm_status device_call_end(gm_pool *pool, gm_call kind, gm_status st)
-{
-    pool->device_calls[kind]++;
-    pool->device_time_ns += pool->backend->ops->clock_ns(pool->backend) - pool->call_t0;
-    return st;
-}
-
 void sync_streams_locked(gm_pool *pool)
 {
     for (size_t i = 0; i < pool->synced_count; i++)

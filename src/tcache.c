@@ -34,36 +34,15 @@
  */
 #include "internal.h"
 #include "strategy.h"
+#include "tcache.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 
-enum { TC_MAX = 64, TC_HASHES = 64 };
-static_assert(TC_MAX <= 64, "an entry set is one uint64_t");
+/* ---------------------------------------------------------------- registry */
+
 static const size_t TC_BYTES = (size_t)64 << 20;
 static const size_t TC_BLOCK_MAX = (size_t)16 << 20;
-
-typedef struct tc_entry {
-    gm_block *b;
-    uintptr_t addr; /* b->addr: the lookup finds the shard without touching the record, which a
-                       stopped world may have retired and recycled meanwhile (a data race) */
-    size_t size;
-    gm_stream stream;
-} tc_entry;
-
-struct gm_tcache {
-    gm_pool *pool;  /* NULL once the pool is destroyed (registry lock + every shard lock) */
-    uint64_t pool_id;
-    gm_tcache *pool_prev, *pool_next; /* the pool's list (pool lock) */
-    gm_tcache *thread_next;           /* the owner thread's list */
-    _Atomic unsigned count; /* changed under a shard lock; read by the owner without one */
-    _Atomic size_t bytes;
-    _Atomic uint64_t by_hash[TC_HASHES]; /* bit i: entry i's size has this hash, so a lookup
-                                            visits only candidates; written like count */
-    _Atomic int64_t live_delta, alloc_delta;
-    _Atomic uint64_t hits, frees; /* hits are its allocations too; live blocks: hits - frees */
-    tc_entry e[TC_MAX];
-};
 
 static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
@@ -75,11 +54,6 @@ _Thread_local gm_tcache *tls_last; /* internal.h: live_map_shared_locked reads i
 uint64_t tcache_next_pool_id(void)
 {
     return atomic_fetch_add(&next_pool_id, 1);
-}
-
-static int64_t ssize(size_t v)
-{
-    return (int64_t)v;
 }
 
 static unsigned size_hash(size_t size)
@@ -111,55 +85,7 @@ static inline void own_inc(_Atomic uint64_t *c)
                           memory_order_relaxed);
 }
 
-/* ---------------------------------------------------------------- totals and peaks */
 
-void pool_totals_locked(gm_pool *pool, pool_totals *out)
-{
-    int64_t live = 0, alloc = 0;
-    uint64_t frees = 0, hits = 0;
-    size_t cached_blocks = 0, cached_bytes = 0;
-    for (gm_tcache *tc = pool->tcaches; tc; tc = tc->pool_next) {
-        live += atomic_load_explicit(&tc->live_delta, memory_order_relaxed);
-        alloc += atomic_load_explicit(&tc->alloc_delta, memory_order_relaxed);
-        frees += atomic_load_explicit(&tc->frees, memory_order_relaxed);
-        hits += atomic_load_explicit(&tc->hits, memory_order_relaxed);
-        cached_blocks += atomic_load_explicit(&tc->count, memory_order_relaxed); /* exact only
-                                                                    with the world stopped */
-        cached_bytes += atomic_load_explicit(&tc->bytes, memory_order_relaxed);
-    }
-    out->live_bytes = (size_t)(ssize(pool->live_bytes) + live);
-    out->allocated_bytes = (size_t)(ssize(pool->allocated_bytes) + alloc);
-    out->live_blocks = pool->live_blocks + (size_t)(hits - frees);
-    out->alloc_count = pool->alloc_count + hits;
-    out->free_count = pool->free_count + frees;
-    out->thread_hits = hits;
-    out->thread_cached_blocks = cached_blocks;
-    out->thread_cached_bytes = cached_bytes;
-}
-
-static void raise_to(_Atomic size_t *peak, size_t v)
-{
-    size_t cur = atomic_load_explicit(peak, memory_order_relaxed);
-    while (v > cur &&
-           !atomic_compare_exchange_weak_explicit(peak, &cur, v, memory_order_relaxed,
-                                                  memory_order_relaxed))
-        ;
-}
-
-/* Every locked allocation calls this: it adds up only the two deltas a peak needs. */
-void pool_update_peaks_locked(gm_pool *pool)
-{
-    int64_t live = ssize(atomic_load_explicit(&pool->live_bytes, memory_order_relaxed));
-    int64_t alloc = ssize(atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed));
-    for (const gm_tcache *tc = pool->tcaches; tc; tc = tc->pool_next) {
-        live += atomic_load_explicit(&tc->live_delta, memory_order_relaxed);
-        alloc += atomic_load_explicit(&tc->alloc_delta, memory_order_relaxed);
-    }
-    raise_to(&pool->peak_live, (size_t)live);
-    raise_to(&pool->peak_allocated, (size_t)alloc);
-}
-
-/* ---------------------------------------------------------------- registry */
 
 static GM_COLD gm_tcache *mine_search(const gm_pool *pool)
 {
@@ -332,11 +258,11 @@ static inline void fast_peaks(gm_pool *pool, int64_t live_delta, int64_t alloc_d
 {
     if (atomic_load_explicit(&pool->tc_count, memory_order_relaxed) != 1)
         return;
-    raise_to(&pool->peak_live,
-             (size_t)(ssize(atomic_load_explicit(&pool->live_bytes, memory_order_relaxed)) +
+    peak_raise(&pool->peak_live,
+             (size_t)(signed_of(atomic_load_explicit(&pool->live_bytes, memory_order_relaxed)) +
                       live_delta));
-    raise_to(&pool->peak_allocated,
-             (size_t)(ssize(atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed)) +
+    peak_raise(&pool->peak_allocated,
+             (size_t)(signed_of(atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed)) +
                       alloc_delta));
 }
 
@@ -404,8 +330,8 @@ static __attribute__((noinline)) bool take_entry(gm_pool *pool, gm_tcache *tc,
     }
     atomic_store_explicit(&tc->count, last, memory_order_relaxed);
     atomic_store_explicit(&tc->bytes, tc->bytes - bsize, memory_order_relaxed);
-    int64_t live = own_add(&tc->live_delta, ssize(size));
-    int64_t alloc = own_add(&tc->alloc_delta, ssize(bsize));
+    int64_t live = own_add(&tc->live_delta, signed_of(size));
+    int64_t alloc = own_add(&tc->alloc_delta, signed_of(bsize));
     own_inc(&tc->hits);
     spin_unlock(&sh->lock);
     fast_peaks(pool, live, alloc);
@@ -472,8 +398,8 @@ static __attribute__((noinline)) bool file_entry(gm_pool *pool, gm_tcache *tc, u
     atomic_store_explicit(&tc->count, count + 1, memory_order_relaxed);
     set_toggle(&tc->by_hash[size_hash(size)], 1ull << count);
     atomic_store_explicit(&tc->bytes, bytes, memory_order_relaxed);
-    own_add(&tc->live_delta, -ssize(b->requested));
-    own_add(&tc->alloc_delta, -ssize(size));
+    own_add(&tc->live_delta, -signed_of(b->requested));
+    own_add(&tc->alloc_delta, -signed_of(size));
     own_inc(&tc->frees);
     bmap_erase(&sh->map, j);
     spin_unlock(&sh->lock);
