@@ -536,6 +536,24 @@ static inline void note_live(gm_pool *pool, size_t requested, size_t size, bool 
     pool_update_peaks_locked(pool);
 }
 
+/* --- events.c: reusable events and the streams to synchronize --- */
+/* An event from the pool's free events, or a new one. */
+gm_status pool_event_get_locked(gm_pool *pool, gm_event *out);
+/* Give an event back for reuse (destroyed if host memory is exhausted). */
+void pool_event_put_locked(gm_pool *pool, gm_event ev);
+GM_COLD void add_stream_for_sync(gm_pool *pool, gm_stream s);
+/* Remember that `s` freed memory: it is synchronized before memory is unmapped or freed.
+ * Inline: every locked gm_free calls it. */
+static inline void note_stream_for_sync(gm_pool *pool, gm_stream s)
+{
+    for (size_t i = 0; i < pool->synced_count; i++)
+        if (pool->synced_streams[i] == s)
+            return;
+    add_stream_for_sync(pool, s);
+}
+/* Synchronize every stream noted since the last time. */
+void sync_streams_locked(gm_pool *pool);
+
 /* --- pool.c --- */
 gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -546,8 +564,6 @@ gm_block *block_new_locked(gm_pool *pool);
 void block_delete_locked(gm_pool *pool, gm_block *b);
 
 
-gm_status pool_event_get_locked(gm_pool *pool, gm_event *out);
-void pool_event_put_locked(gm_pool *pool, gm_event ev);
 /* An evicted cached block goes back to its strategy (behind an event if another stream last
  * used it). */
 void cache_release_block_locked(gm_pool *pool, gm_block *b);
@@ -616,8 +632,6 @@ bool tcache_reclaim_locked(gm_pool *pool);
 void tcache_detach_all(gm_pool *pool);         /* at destroy: flush and forget every tcache */
 uint64_t tcache_next_pool_id(void);
 void block_retire_locked(gm_pool *pool, gm_block *b);
-/* Remember that `s` freed memory: it is synchronized before memory is unmapped or freed. */
-void note_stream_for_sync(gm_pool *pool, gm_stream s);
 /* This thread's most recently used thread cache (tcache.c), or NULL. */
 extern _Thread_local gm_tcache *tls_last;
 
@@ -678,7 +692,6 @@ void vmm_mapping_bounds(const gm_arena *a, uintptr_t addr, size_t size, uintptr_
                         size_t *len);
 size_t release_free_memory_locked(gm_pool *pool, size_t target, size_t max_segment);
 size_t releasable_bytes_locked(gm_pool *pool, size_t max_segment);
-void sync_streams_locked(gm_pool *pool);
 size_t vmm_page_of(const gm_arena *a, uintptr_t addr);
 
 /* --- config.c --- */

@@ -528,31 +528,6 @@ static GM_INLINE gm_status arena_alloc_locked(gm_pool *pool, gm_arena *a, size_t
 
 /* ---------------------------------------------------------------- events and pending frees */
 
-gm_status pool_event_get_locked(gm_pool *pool, gm_event *out)
-{
-    if (pool->event_count) {
-        *out = pool->events[--pool->event_count];
-        return GM_OK;
-    }
-    gm_backend *be = pool->backend;
-    return DEVICE_CALL(pool, GM_CALL_EVENT_CREATE, be->ops->event_create(be, out));
-}
-
-void pool_event_put_locked(gm_pool *pool, gm_event ev)
-{
-    if (pool->event_count == pool->event_cap) {
-        size_t cap = pool->event_cap ? pool->event_cap * 2 : 16;
-        gm_event *events = gm_host_realloc(pool->events, cap * sizeof *events);
-        if (!events) {
-            (void)pool->backend->ops->event_destroy(pool->backend, ev);
-            return;
-        }
-        pool->events = events;
-        pool->event_cap = cap;
-    }
-    pool->events[pool->event_count++] = ev;
-}
-
 /* A pending block keeps the events it waits for in its extra_streams storage, reinterpreted as
  * a gm_event array of extra_count entries (the streams are no longer needed once recorded). */
 static bool block_events_done_locked(gm_pool *pool, gm_block *b)
@@ -667,29 +642,6 @@ static void drain_locked(gm_pool *pool)
             break;
         process_pending_locked(pool);
     }
-}
-
-static GM_COLD void add_stream_for_sync(gm_pool *pool, gm_stream s)
-{
-    if (pool->synced_count == pool->synced_cap) {
-        size_t cap = pool->synced_cap ? pool->synced_cap * 2 : 8;
-        gm_stream *v = gm_host_realloc(pool->synced_streams, cap * sizeof *v);
-        if (!v) {
-            (void)pool->backend->ops->stream_sync(pool->backend, s); /* cannot remember: wait */
-            return;
-        }
-        pool->synced_streams = v;
-        pool->synced_cap = cap;
-    }
-    pool->synced_streams[pool->synced_count++] = s;
-}
-
-void note_stream_for_sync(gm_pool *pool, gm_stream s)
-{
-    for (size_t i = 0; i < pool->synced_count; i++)
-        if (pool->synced_streams[i] == s)
-            return;
-    add_stream_for_sync(pool, s);
 }
 
 static bool stream_listed(const gm_stream *streams, uint32_t n, gm_stream s)

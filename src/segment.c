@@ -33,13 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void sync_streams_locked(gm_pool *pool)
-{
-    for (size_t i = 0; i < pool->synced_count; i++)
-        (void)pool->backend->ops->stream_sync(pool->backend, pool->synced_streams[i]);
-    pool->synced_count = 0;
-}
-
 static void span_link(gm_arena *a, gm_span *s)
 {
     s->arena = a;
