@@ -215,7 +215,7 @@ static gm_block *take_lowest(gm_pool *pool, gm_arena *a, gm_span *const *spans, 
             if (!block_is_free(b) || b->size < c->size ||
                 (spans[i]->vmm && !range_mapped(a, b->addr, c->size)))
                 continue;
-            gm_block *nb = a->ops->take_at(pool, a, b, c->size);
+            gm_block *nb = a->ops->take_at(&pool->strat, a, b, c->size);
             if (nb)
                 return nb;
         }

@@ -234,7 +234,7 @@ typedef struct block_map {
 /* Live-map operations, inline: gm_alloc, gm_free and the thread caches each make one. Linear
  * probing; a grown map keeps its load <= 1/2, so a probe run is short and every operation
  * O(1) expected. */
-GM_COLD bool bmap_grow(block_map *m); /* pool.c: double the slots (or allocate the first) */
+GM_COLD bool bmap_grow(block_map *m); /* blocks.c: double the slots (or allocate the first) */
 
 /* A multiplicative (Fibonacci) hash of an address or size, a multiple of BLOCK_ALIGN: its high
  * bits pick a slot, a shard or a set. */
@@ -319,6 +319,17 @@ static inline void bmap_erase(block_map *m, size_t j)
 }
 
 typedef struct block_chunk block_chunk;
+/* The block-record allocator (blocks.h): spare records, and the chunks that hold them all. */
+typedef struct block_records {
+    gm_block *spare;
+    block_chunk *chunks;
+} block_records;
+/* All a strategy sees (strategy.h): the record allocator and the settings, read only. The pool
+ * owns it (gm_pool.strat; cfg points at gm_pool.cfg). */
+typedef struct strategy_ctx {
+    block_records records;
+    const gm_config *cfg;
+} strategy_ctx;
 
 /* The live map is sharded, each shard under its own spin lock, so that the lock-free path
  * (tcache.c) can find and file blocks without the pool lock. Lock order: registry (tcache.c's
@@ -420,8 +431,7 @@ struct gm_pool {
     gm_stream *synced_streams; /* streams that freed memory: synced before unmapping */
     size_t synced_count, synced_cap;
 
-    block_chunk *chunks; /* storage of block records */
-    gm_block *spare_blocks;
+    strategy_ctx strat; /* what the strategies may touch: block records, the settings */
 
     /* Counters of the locked path (under lock); the lock-free path keeps its own deltas in
      * each tcache, and pool_totals_locked adds them up. The four byte counters are atomic so
@@ -554,14 +564,19 @@ static inline void note_stream_for_sync(gm_pool *pool, gm_stream s)
 /* Synchronize every stream noted since the last time. */
 void sync_streams_locked(gm_pool *pool);
 
+/* --- growth.c: plain segment sizing and growth (a pool policy) --- */
+/* Bytes of a new plain segment of arena a to serve a block of `granted` bytes. */
+size_t arena_segment_size(const gm_pool *pool, const gm_arena *a, size_t granted);
+/* Grow plain arena a by a segment for `granted` bytes, making room under the reserve limit and
+ * the release policy first. */
+gm_status grow_plain_locked(gm_pool *pool, gm_arena *a, size_t granted);
+
 /* --- pool.c --- */
 gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 gm_status pool_unlock(gm_pool *pool, gm_status st); /* unlock; publish a failure */
 void debug_validate_locked(gm_pool *pool); /* GM_DEBUG 3: gm_pool_check holds, or abort */
 gm_status fail_no_pool(gm_status st, const char *fn, const char *what);
-gm_block *block_new_locked(gm_pool *pool);
-void block_delete_locked(gm_pool *pool, gm_block *b);
 
 
 /* An evicted cached block goes back to its strategy (behind an event if another stream last

@@ -32,13 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { BLOCK_CHUNK_COUNT = 1024 };
 static const size_t MIB = (size_t)1 << 20;
-
-struct block_chunk {
-    block_chunk *next;
-    gm_block blocks[BLOCK_CHUNK_COUNT];
-};
 
 static _Thread_local char tls_error[1024];
 static _Thread_local const gm_pool *tls_error_pool;
@@ -144,75 +138,6 @@ gm_status gm_pool_set_error_callback(gm_pool *pool, gm_error_fn fn, void *user)
     return pool_unlock(pool, GM_OK);
 }
 
-/* ---------------------------------------------------------------- block records */
-
-/* Put record b in the spare state (strategy.h) and give it back. */
-static void block_make_spare(gm_pool *pool, gm_block *b)
-{
-    b->requested = 0;
-    b->cache_event = 0;
-    b->extra_streams = NULL;
-    b->extra_count = 0;
-    b->handle = 0;
-    block_recycle_locked(pool, b);
-}
-
-/* More spare records (block_record_locked's slow path). */
-GM_COLD bool block_chunk_add_locked(gm_pool *pool)
-{
-    block_chunk *c = gm_host_aligned_alloc(64, round_up(sizeof *c, 64));
-    if (!c)
-        return false;
-    c->next = pool->chunks;
-    pool->chunks = c;
-    for (size_t i = 0; i < BLOCK_CHUNK_COUNT; i++)
-        block_make_spare(pool, &c->blocks[i]);
-    return true;
-}
-
-gm_block *block_new_locked(gm_pool *pool)
-{
-    gm_block *b = block_record_locked(pool);
-    if (b)
-        memset(b, 0, sizeof *b);
-    return b;
-}
-
-/* Off the hot path: a merge recycles the record of a free block as it is. */
-void block_delete_locked(gm_pool *pool, gm_block *b)
-{
-    free(b->extra_streams);
-    block_make_spare(pool, b);
-}
-
-/* ---------------------------------------------------------------- live map */
-
-/* The map's operations are inline (internal.h); growing is not. Shards start small and double
- * as they fill: 64 maps of 1024 slots, zeroed at their first insert, cost a single replay of
- * gpt2_train 11 instructions per operation. */
-enum { BMAP_FIRST_CAP = 128 };
-
-GM_COLD bool bmap_grow(block_map *m)
-{
-    size_t cap = m->cap ? m->cap * 2 : BMAP_FIRST_CAP;
-    gm_block **slots = gm_host_calloc(cap, sizeof *slots);
-    if (!slots)
-        return false;
-    block_map next = {slots, cap, m->count};
-    for (size_t i = 0; i < m->cap; i++) {
-        gm_block *b = m->slots[i];
-        if (!b)
-            continue;
-        size_t j = bmap_slot(&next, b->addr);
-        while (next.slots[j])
-            j = (j + 1) & (cap - 1);
-        next.slots[j] = b;
-    }
-    free(m->slots);
-    *m = next;
-    return true;
-}
-
 
 /* ---------------------------------------------------------------- config */
 
@@ -274,9 +199,9 @@ static GM_COLD gm_heap *heap_add_locked(gm_pool *pool, gm_stream stream)
         a->kind = k;
         a->idle_head = PAGE_NONE;
         a->ops = strategy_of(pool->cfg.strategy, k);
-        if (a->ops->init(pool, a) != GM_OK) {
+        if (a->ops->init(&pool->strat, a) != GM_OK) {
             while (k--)
-                h->arenas[k].ops->fini(pool, &h->arenas[k]);
+                h->arenas[k].ops->fini(&pool->strat, &h->arenas[k]);
             pool->heap_count--;
             return NULL;
         }
@@ -296,54 +221,6 @@ static inline gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream)
     return heap_add_locked(pool, stream);
 }
 
-/* ---------------------------------------------------------------- sizes */
-
-static size_t clamp_size(size_t v, size_t lo, size_t hi)
-{
-    return v < lo ? lo : v > hi ? hi : v;
-}
-
-/* GEOMETRIC: the shared segment size for arena a now, a fraction of the bytes reserved, so that
- * a program ramping up makes O(log) device calls instead of one per large request. Measured on
- * the shared traces (docs/benchmarks.md): 8-27x fewer device calls than EXACT, with
- * reserved/live still below PyTorch default's on each; the defaults (3/8, at most 1 GiB) were
- * chosen on size-scaled copies of the traces too (bench/growth_robust.py), as any setting's
- * reserved/live moves by percents with a 1 % change of the sizes. The small arena also doubles:
- * a new small segment is at least as large as the arena already is, so a program that starts
- * with many small blocks makes O(log) small-segment calls, not one per 2 MiB; it stops at
- * growth_max / 32 (32 MiB), as larger small segments left more free at the peak (a sixteenth
- * gave resnet_train 1.0399 instead of 1.0318). */
-static size_t geometric_segment_size(const gm_pool *pool, const gm_arena *a)
-{
-    const gm_config *c = &pool->cfg;
-    double want = (double)pool->reserved_bytes * c->growth_fraction;
-    if (a->kind == ARENA_SMALL) {
-        size_t hi = c->growth_max / 32;
-        if (hi < c->small_segment_bytes)
-            hi = c->small_segment_bytes;
-        size_t small = (size_t)(want / 8) > a->span_bytes ? (size_t)(want / 8) : a->span_bytes;
-        return round_up(clamp_size(small, c->small_segment_bytes, hi), c->small_segment_bytes);
-    }
-    return round_up(clamp_size((size_t)want, c->growth_min, c->growth_max), c->segment_rounding);
-}
-
-size_t pool_default_segment_size(const gm_pool *pool, const gm_arena *a, size_t granted)
-{
-    const gm_config *c = &pool->cfg;
-    if (c->growth == GM_GROWTH_GEOMETRIC) {
-        size_t shared = geometric_segment_size(pool, a);
-        bool fits = a->kind == ARENA_SMALL ? granted <= c->small_segment_bytes
-                                           : granted < shared / 2;
-        if (fits)
-            return shared;
-    } else if (a->kind == ARENA_SMALL && granted <= c->small_segment_bytes) {
-        return c->small_segment_bytes;
-    } else if (a->kind == ARENA_LARGE && granted < c->large_request_min) {
-        return c->medium_segment_bytes;
-    }
-    return round_up(granted, c->segment_rounding);
-}
-
 /* ---------------------------------------------------------------- block surgery */
 
 /* Mark taken block b of span s, which holds no streams' storage, free again and return it to
@@ -359,7 +236,7 @@ static inline void block_untake_bare(gm_pool *pool, gm_span *s, gm_block *b)
     b->handle = 0;
     b->extra_count = 0;
     s->live_blocks--;
-    s->arena->ops->give(pool, s->arena, b);
+    s->arena->ops->give(&pool->strat, s->arena, b);
 }
 
 /* block_untake_bare of any taken block: the streams' storage goes first. */
@@ -404,55 +281,13 @@ void block_release_locked(gm_pool *pool, gm_block *b)
 
 /* ---------------------------------------------------------------- growth */
 
-/* Make room for `need` new bytes by releasing free segments of the pool when the growth would
- * pass the cap, or, with BEFORE_GROW, the peak reserved so far. Under the peak rule, cached
- * segments are released only if that keeps the peak where it is: when the peak must rise anyway
- * they stay, as they may serve the requests that come next. (Measured on the shared traces:
- * releasing whenever the peak would rise made gpt2_train's reserved/live 1.112 instead of
- * 1.087; never releasing, PyTorch's policy, made resnet_train's 1.616 instead of 1.006.)
- * And only segments no larger than the growth go: giving back a larger free segment to make
- * room for a smaller one pays a cudaFree that grows with its size (575 us for 1 GiB, ANCHORS.md)
- * and, when that memory is needed again, a cudaMalloc, to keep fewer bytes off the peak than it
- * gives back. (Measured with geometric growth: gpt2_train's device time 7.5 -> 5.4 ms, the 2.2
- * GB segments it gave back for 32 MiB ones gone; docs/benchmarks.md.) */
-static void make_room_locked(gm_pool *pool, size_t need)
-{
-    size_t cap = pool->limit, largest = SIZE_MAX;
-    bool peak_rule = pool->cfg.release == GM_RELEASE_BEFORE_GROW && pool->peak_reserved < cap;
-    if (peak_rule) {
-        cap = pool->peak_reserved;
-        largest = need;
-    }
-    if (pool->reserved_bytes + need <= cap)
-        return;
-    if (peak_rule && pool->reserved_bytes + need - cap > releasable_bytes_locked(pool, largest))
-        return;
-    release_free_memory_locked(pool, cap > need ? cap - need : 0, largest);
-}
-
-static gm_status grow_plain_locked(gm_pool *pool, gm_arena *a, size_t granted)
-{
-    size_t seg = a->ops->segment_size(pool, a, granted);
-    size_t exact = round_up(granted, pool->cfg.segment_rounding);
-    if (seg > exact && pool->reserved_bytes + seg > pool->limit)
-        seg = exact; /* a medium segment does not fit under the cap: try just the block */
-    make_room_locked(pool, seg);
-    if (pool->reserved_bytes + seg > pool->limit)
-        return GM_ERR_OUT_OF_MEMORY;
-    gm_span *s = NULL;
-    gm_status st = span_create_plain_locked(pool, a, seg, &s);
-    if (st == GM_ERR_OUT_OF_MEMORY && seg > exact)
-        st = span_create_plain_locked(pool, a, exact, &s);
-    return st;
-}
-
 /* This arena's cached blocks (the pool's, then the threads') coalesce before it grows; other
  * arenas' cached blocks could not help here, so they stay. NULL if that gave no block. */
 static gm_block *arena_take_evicting_locked(gm_pool *pool, gm_arena *a, size_t granted)
 {
     gm_block *b = NULL;
     while (!b && (cache_evict_arena_locked(pool, a) || tcache_reclaim_locked(pool)))
-        b = a->ops->take(pool, a, granted);
+        b = a->ops->take(&pool->strat, a, granted);
     return b;
 }
 
@@ -467,7 +302,7 @@ static __attribute__((noinline)) gm_status arena_alloc_plain_miss_locked(gm_pool
         gm_status st = grow_plain_locked(pool, a, granted);
         if (st != GM_OK)
             return st;
-        b = a->ops->take(pool, a, granted);
+        b = a->ops->take(&pool->strat, a, granted);
         if (!b)
             return GM_ERR_OUT_OF_MEMORY;
     }
@@ -487,14 +322,14 @@ static __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool,
         if (st != GM_OK)
             return st;
     }
-    gm_block *b = a->ops->take(pool, a, granted);
+    gm_block *b = a->ops->take(&pool->strat, a, granted);
     if (!b)
         b = arena_take_evicting_locked(pool, a, granted);
     if (!b) { /* no free run of addresses: stitch free pages into a new range */
         gm_status st = vmm_stitch_locked(pool, a, granted);
         if (st != GM_OK)
             return st;
-        b = a->ops->take(pool, a, granted);
+        b = a->ops->take(&pool->strat, a, granted);
         if (!b) /* the virtual ranges are exhausted */
             return GM_ERR_OUT_OF_MEMORY;
     }
@@ -517,7 +352,7 @@ static GM_INLINE gm_status arena_alloc_locked(gm_pool *pool, gm_arena *a, size_t
 {
     if (pool->cfg.segments == GM_SEGMENTS_VMM)
         return arena_alloc_vmm_locked(pool, a, granted, out);
-    gm_block *b = a->ops->take(pool, a, granted);
+    gm_block *b = a->ops->take(&pool->strat, a, granted);
     if (!b)
         return arena_alloc_plain_miss_locked(pool, a, granted, out);
     flags_set(b, 0);
@@ -751,6 +586,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
         return fail_no_pool(st, "gm_pool_create", why);
     }
     pool->backend = backend;
+    pool->strat.cfg = &pool->cfg;
     pool->granularity = backend->caps.vmm_granularity ? backend->caps.vmm_granularity : 2 * MIB;
     pool->limit = effective_limit(&pool->cfg, backend->caps.capacity);
     pool->error_fn = pool->cfg.error_callback;
@@ -777,9 +613,9 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
         ga->kind = k;
         ga->idle_head = PAGE_NONE;
         ga->ops = strategy_of(pool->cfg.strategy, k);
-        if (ga->ops->init(pool, ga) != GM_OK) {
+        if (ga->ops->init(&pool->strat, ga) != GM_OK) {
             while (k--)
-                pool->grant_arenas[k].ops->fini(pool, &pool->grant_arenas[k]);
+                pool->grant_arenas[k].ops->fini(&pool->strat, &pool->grant_arenas[k]);
             free(pool);
             return fail_no_pool(GM_ERR_HOST_MEMORY, "gm_pool_create", "host memory exhausted");
         }
@@ -874,18 +710,14 @@ static uint64_t pool_teardown(gm_pool *pool)
             lost += a->mapped_pages; /* pages whose unmap the device refused */
             while (a->spans)
                 lost += span_release_force_locked(pool, a->spans) != GM_OK;
-            a->ops->fini(pool, a);
+            a->ops->fini(&pool->strat, a);
         }
     for (size_t i = 0; i < pool->event_count; i++)
         (void)be->ops->event_destroy(be, pool->events[i]);
     for (int k = 0; k < ARENA_COUNT; k++)
-        pool->grant_arenas[k].ops->fini(pool, &pool->grant_arenas[k]);
+        pool->grant_arenas[k].ops->fini(&pool->strat, &pool->grant_arenas[k]);
     gm_mutex_unlock(&pool->lock);
-    while (pool->chunks) {
-        block_chunk *c = pool->chunks;
-        pool->chunks = c->next;
-        free(c);
-    }
+    block_records_free(&pool->strat.records);
     for (int k = 0; k < LIVE_SHARDS; k++)
         free(pool->shards[k].map.slots);
     free(pool->heaps);
@@ -1034,15 +866,15 @@ static inline void pool_request(const gm_pool *pool, size_t size, gm_request *rq
     rq->size = size;
     if (pool->tlsf_only) { /* strategy_route and tlsf's grant, inline (strategy.h) */
         rq->kind = size <= pool->cfg.small_request_max ? ARENA_SMALL : ARENA_LARGE;
-        rq->granted = pool_round_size(pool, size); /* 0 for size 0, as the locked path needs */
+        rq->granted = config_round_size(&pool->cfg, size); /* 0 for size 0, as the locked path needs */
         return;
     }
     rq->why = "the configuration refuses this size";
-    rq->kind = strategy_route(pool, size, &rq->why);
+    rq->kind = strategy_route(&pool->cfg, size, &rq->why);
     rq->granted = 0;
     if (size && rq->kind >= 0) { /* size 0 is refused under the lock */
         const gm_arena *ga = &pool->grant_arenas[rq->kind];
-        rq->granted = ga->ops->grant(pool, ga, size);
+        rq->granted = ga->ops->grant(&pool->strat, ga, size);
     }
 }
 
@@ -1077,7 +909,7 @@ static GM_COLD bool growth_over_limit_locked(const gm_pool *pool, const gm_arena
 {
     size_t need = pool->granularity; /* VMM: at least one page */
     if (pool->cfg.segments != GM_SEGMENTS_VMM) {
-        size_t seg = a->ops->segment_size(pool, a, granted);
+        size_t seg = arena_segment_size(pool, a, granted);
         size_t exact = round_up(granted, pool->cfg.segment_rounding);
         need = seg < exact ? seg : exact; /* grow_plain_locked falls back to the exact size */
     }
@@ -1133,7 +965,7 @@ static GM_INLINE gm_status alloc_request_locked(gm_pool *pool, const gm_request 
     if (!h)
         return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (heap)");
     gm_arena *a = &h->arenas[rq->kind];
-    GM_ASSERT2(granted == a->ops->grant(pool, a, size));
+    GM_ASSERT2(granted == a->ops->grant(&pool->strat, a, size));
     gm_block *taken = cache_take_locked(pool, granted, stream);
     if (!taken) {
         gm_status st = arena_alloc_locked(pool, a, granted, &taken);

@@ -62,11 +62,11 @@ static gm_status span_new(gm_pool *pool, gm_arena *a, uintptr_t base, size_t siz
                           gm_span **out)
 {
     gm_span *s = gm_host_calloc(1, sizeof *s);
-    gm_block *b = block_new_locked(pool);
+    gm_block *b = block_new_locked(&pool->strat.records);
     if (!s || !b) {
         free(s);
         if (b)
-            block_delete_locked(pool, b);
+            block_delete_locked(&pool->strat.records, b);
         return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "host memory exhausted (span record)");
     }
     s->base = base;
@@ -78,7 +78,7 @@ static gm_status span_new(gm_pool *pool, gm_arena *a, uintptr_t base, size_t siz
     b->span = s;
     flags_set(b, BLOCK_FREE);
     span_link(a, s);
-    a->ops->add_span(pool, a, s);
+    a->ops->add_span(&pool->strat, a, s);
     pool->segment_count++;
     *out = s;
     return GM_OK;
@@ -227,8 +227,8 @@ static gm_status span_release_in(gm_pool *pool, gm_span *s, bool force)
     }
     if (st != GM_OK && !force)
         return st;
-    a->ops->remove_span(pool, a, s);
-    block_delete_locked(pool, s->first);
+    a->ops->remove_span(&pool->strat, a, s);
+    block_delete_locked(&pool->strat.records, s->first);
     span_unlink(a, s);
     pool->segment_count--;
     if (s->vmm) {

@@ -406,7 +406,7 @@ static gm_status check_arena(gm_pool *pool, const gm_arena *a, recount *rc)
         return st;
     char why[256];
     size_t listed = 0;
-    if (a->ops->check(pool, a, &listed, why, sizeof why) != GM_OK)
+    if (a->ops->check(&pool->strat, a, &listed, why, sizeof why) != GM_OK)
         return CORRUPT("%s", why);
     if (listed != rc->free_blocks - free_before)
         return CORRUPT("free lists hold %zu blocks, spans %zu", listed,

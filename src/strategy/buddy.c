@@ -97,15 +97,15 @@ static gm_block *free_buddy(const gm_block *b)
 }
 
 /* File free block b after merging it with its buddies as far as they are free. */
-static void merge_and_file(gm_pool *pool, buddy *d, gm_block *b)
+static void merge_and_file(strategy_ctx *sc, buddy *d, gm_block *b)
 {
     for (gm_block *n; (n = free_buddy(b)) != NULL;) {
         list_remove(d, n);
         if (n == b->phys_prev) {
-            block_merge_next_locked(pool, n);
+            block_merge_next_locked(&sc->records, n);
             b = n;
         } else {
-            block_merge_next_locked(pool, b);
+            block_merge_next_locked(&sc->records, b);
         }
     }
     list_push(d, b);
@@ -113,63 +113,55 @@ static void merge_and_file(gm_pool *pool, buddy *d, gm_block *b)
 
 /* ---------------------------------------------------------------- the strategy interface */
 
-static gm_status buddy_init(gm_pool *pool, gm_arena *a)
+static gm_status buddy_init(strategy_ctx *sc, gm_arena *a)
 {
-    (void)pool;
+    (void)sc;
     a->state = gm_host_calloc(1, sizeof(buddy));
     return a->state ? GM_OK : GM_ERR_HOST_MEMORY;
 }
 
-static void buddy_fini(gm_pool *pool, gm_arena *a)
+static void buddy_fini(strategy_ctx *sc, gm_arena *a)
 {
-    (void)pool;
+    (void)sc;
     free(a->state);
     a->state = NULL;
 }
 
 /* The power of two >= size, min_block_bytes and 512; 0 beyond 2^62. */
-static size_t buddy_grant(const gm_pool *pool, const gm_arena *a, size_t size)
+static size_t buddy_grant(const strategy_ctx *sc, const gm_arena *a, size_t size)
 {
     (void)a;
     if (size > ((size_t)1 << 62))
         return 0;
-    if (size < pool->cfg.min_block_bytes)
-        size = pool->cfg.min_block_bytes;
+    if (size < sc->cfg->min_block_bytes)
+        size = sc->cfg->min_block_bytes;
     return is_pow2(size) ? size : pow2_floor(size) << 1;
 }
 
-/* A power of two: the block itself, or the largest power of two within the PyTorch-like
- * segment size (2 MiB small, 16 MiB for medium requests), whichever is larger. */
-static size_t buddy_segment_size(const gm_pool *pool, const gm_arena *a, size_t granted)
+static void buddy_add_span(strategy_ctx *sc, gm_arena *a, gm_span *s)
 {
-    size_t seg = pow2_floor(pool_default_segment_size(pool, a, granted));
-    return seg > granted ? seg : granted;
-}
-
-static void buddy_add_span(gm_pool *pool, gm_arena *a, gm_span *s)
-{
-    (void)pool;
+    (void)sc;
     list_push(a->state, s->first);
 }
 
 /* A wholly free span is its roots and maybe the remainder: unfile them, keep s->first. */
-static void buddy_remove_span(gm_pool *pool, gm_arena *a, gm_span *s)
+static void buddy_remove_span(strategy_ctx *sc, gm_arena *a, gm_span *s)
 {
     buddy *d = a->state;
     for (gm_block *b = s->first; b; b = b->phys_next)
         list_remove(d, b);
     while (s->first->phys_next)
-        block_merge_next_locked(pool, s->first);
+        block_merge_next_locked(&sc->records, s->first);
 }
 
 /* Remove free block b (filed) and return its front `granted` bytes: a remainder first gives up
  * its largest root; the block is then halved, each upper half filed. NULL if host memory is
  * exhausted (b filed again). */
-static gm_block *carve(gm_pool *pool, buddy *d, gm_block *b, size_t granted)
+static gm_block *carve(strategy_ctx *sc, buddy *d, gm_block *b, size_t granted)
 {
     list_remove(d, b);
     if (!is_pow2(b->size)) {
-        gm_block *rest = block_split_locked(pool, b, pow2_floor(b->size));
+        gm_block *rest = block_split_locked(&sc->records, b, pow2_floor(b->size));
         if (!rest) {
             list_push(d, b);
             return NULL;
@@ -177,9 +169,9 @@ static gm_block *carve(gm_pool *pool, buddy *d, gm_block *b, size_t granted)
         list_push(d, rest);
     }
     while (b->size > granted) {
-        gm_block *upper = block_split_locked(pool, b, b->size / 2);
+        gm_block *upper = block_split_locked(&sc->records, b, b->size / 2);
         if (!upper) { /* host memory: undo the halvings */
-            merge_and_file(pool, d, b);
+            merge_and_file(sc, d, b);
             return NULL;
         }
         list_push(d, upper);
@@ -187,7 +179,7 @@ static gm_block *carve(gm_pool *pool, buddy *d, gm_block *b, size_t granted)
     return b;
 }
 
-static gm_block *buddy_take(gm_pool *pool, gm_arena *a, size_t granted)
+static gm_block *buddy_take(strategy_ctx *sc, gm_arena *a, size_t granted)
 {
     buddy *d = a->state;
     uint64_t fit = d->nonempty & (~0ull << floor_log2(granted));
@@ -195,20 +187,20 @@ static gm_block *buddy_take(gm_pool *pool, gm_arena *a, size_t granted)
     if (!b) /* cut a root off the front of a remainder where the request fits */
         for (b = d->rests; b && pow2_floor(b->size) < granted; b = b->free_next)
             ;
-    return b ? carve(pool, d, b, granted) : NULL;
+    return b ? carve(sc, d, b, granted) : NULL;
 }
 
 /* A block of `granted` bytes at fb's address: fb's offset is a multiple of its size (or, for a
  * remainder, of its largest root), so its front is aligned for any smaller power of two. NULL
  * when fb (its first root, for a remainder) is smaller than the request. */
-static gm_block *buddy_take_at(gm_pool *pool, gm_arena *a, gm_block *fb, size_t granted)
+static gm_block *buddy_take_at(strategy_ctx *sc, gm_arena *a, gm_block *fb, size_t granted)
 {
-    return pow2_floor(fb->size) >= granted ? carve(pool, a->state, fb, granted) : NULL;
+    return pow2_floor(fb->size) >= granted ? carve(sc, a->state, fb, granted) : NULL;
 }
 
-static void buddy_give(gm_pool *pool, gm_arena *a, gm_block *b)
+static void buddy_give(strategy_ctx *sc, gm_arena *a, gm_block *b)
 {
-    merge_and_file(pool, a->state, b);
+    merge_and_file(sc, a->state, b);
 }
 
 static gm_status check_block(const gm_block *b, char *why, size_t why_len)
@@ -234,10 +226,10 @@ static gm_status check_block(const gm_block *b, char *why, size_t why_len)
     return GM_OK;
 }
 
-static gm_status buddy_check_arena(gm_pool *pool, const gm_arena *a, size_t *free_blocks,
+static gm_status buddy_check_arena(strategy_ctx *sc, const gm_arena *a, size_t *free_blocks,
                                    char *why, size_t why_len)
 {
-    (void)pool;
+    (void)sc;
     buddy *d = a->state;
     for (const gm_span *s = a->spans; s; s = s->next)
         for (const gm_block *b = s->first; b; b = b->phys_next)
@@ -278,7 +270,9 @@ const strategy_ops buddy_strategy = {
     .init = buddy_init,
     .fini = buddy_fini,
     .grant = buddy_grant,
-    .segment_size = buddy_segment_size,
+    .segment_shape = SEGMENT_POLICY_POW2, /* a power of two: the block itself, or the largest
+                                             power of two within the pool's size, whichever is
+                                             larger */
     .add_span = buddy_add_span,
     .remove_span = buddy_remove_span,
     .take = buddy_take,

@@ -65,59 +65,59 @@ static void list_remove(fixed *f, gm_block *b)
     f->counts[k]--;
 }
 
-static gm_status fixed_init(gm_pool *pool, gm_arena *a)
+static gm_status fixed_init(strategy_ctx *sc, gm_arena *a)
 {
     fixed *f = gm_host_calloc(1, sizeof *f);
     if (!f)
         return GM_ERR_HOST_MEMORY;
-    f->block = pool->cfg.fixed_block_bytes;
+    f->block = sc->cfg->fixed_block_bytes;
     a->state = f;
     return GM_OK;
 }
 
-static void fixed_fini(gm_pool *pool, gm_arena *a)
+static void fixed_fini(strategy_ctx *sc, gm_arena *a)
 {
-    (void)pool;
+    (void)sc;
     free(a->state);
     a->state = NULL;
 }
 
-static size_t fixed_grant(const gm_pool *pool, const gm_arena *a, size_t size)
+static size_t fixed_grant(const strategy_ctx *sc, const gm_arena *a, size_t size)
 {
     (void)a;
-    return size <= pool->cfg.fixed_block_bytes ? pool->cfg.fixed_block_bytes : 0;
+    return size <= sc->cfg->fixed_block_bytes ? sc->cfg->fixed_block_bytes : 0;
 }
 
 /* fixed_reserve_blocks blocks; resolve_config keeps the product in range. */
-static size_t fixed_segment_size(const gm_pool *pool, const gm_arena *a, size_t granted)
+static size_t fixed_segment_need(const strategy_ctx *sc, const gm_arena *a, size_t granted)
 {
     (void)a;
-    return granted * pool->cfg.fixed_reserve_blocks;
+    return granted * sc->cfg->fixed_reserve_blocks;
 }
 
-static void fixed_add_span(gm_pool *pool, gm_arena *a, gm_span *s)
+static void fixed_add_span(strategy_ctx *sc, gm_arena *a, gm_span *s)
 {
-    (void)pool;
+    (void)sc;
     list_push(a->state, s->first);
 }
 
-static void fixed_remove_span(gm_pool *pool, gm_arena *a, gm_span *s)
+static void fixed_remove_span(strategy_ctx *sc, gm_arena *a, gm_span *s)
 {
     fixed *f = a->state;
     for (gm_block *b = s->first; b; b = b->phys_next)
         list_remove(f, b);
     while (s->first->phys_next)
-        block_merge_next_locked(pool, s->first);
+        block_merge_next_locked(&sc->records, s->first);
 }
 
 /* Remove free block b (filed, a block or an uncarved end) and return one block at its address:
  * b itself, or the front carved off an uncarved end. NULL if host memory is exhausted. */
-static gm_block *carve(gm_pool *pool, fixed *f, gm_block *b)
+static gm_block *carve(strategy_ctx *sc, fixed *f, gm_block *b)
 {
     list_remove(f, b);
     if (b->size == f->block)
         return b;
-    gm_block *rest = block_split_locked(pool, b, f->block);
+    gm_block *rest = block_split_locked(&sc->records, b, f->block);
     if (!rest) {
         list_push(f, b);
         return NULL;
@@ -126,33 +126,33 @@ static gm_block *carve(gm_pool *pool, fixed *f, gm_block *b)
     return b;
 }
 
-static gm_block *fixed_take(gm_pool *pool, gm_arena *a, size_t granted)
+static gm_block *fixed_take(strategy_ctx *sc, gm_arena *a, size_t granted)
 {
     fixed *f = a->state;
     (void)granted;
     gm_block *b = f->heads[LIST_FREE] ? f->heads[LIST_FREE] : f->heads[LIST_UNCARVED];
-    return b ? carve(pool, f, b) : NULL;
+    return b ? carve(sc, f, b) : NULL;
 }
 
 /* Compaction: a block at fb's address (fb a free block or an uncarved end; not slack). Blocks
  * never merge here, so moves pay only by emptying spans, which the pool may then release. */
-static gm_block *fixed_take_at(gm_pool *pool, gm_arena *a, gm_block *fb, size_t granted)
+static gm_block *fixed_take_at(strategy_ctx *sc, gm_arena *a, gm_block *fb, size_t granted)
 {
     fixed *f = a->state;
     (void)granted;
-    return fb->size >= f->block ? carve(pool, f, fb) : NULL;
+    return fb->size >= f->block ? carve(sc, f, fb) : NULL;
 }
 
-static void fixed_give(gm_pool *pool, gm_arena *a, gm_block *b)
+static void fixed_give(strategy_ctx *sc, gm_arena *a, gm_block *b)
 {
-    (void)pool;
+    (void)sc;
     list_push(a->state, b);
 }
 
-static gm_status fixed_check_arena(gm_pool *pool, const gm_arena *a, size_t *free_blocks,
+static gm_status fixed_check_arena(strategy_ctx *sc, const gm_arena *a, size_t *free_blocks,
                                    char *why, size_t why_len)
 {
-    (void)pool;
+    (void)sc;
     const fixed *f = a->state;
     size_t found[FIXED_LISTS] = {0};
     for (const gm_span *s = a->spans; s; s = s->next)
@@ -194,7 +194,8 @@ const strategy_ops fixed_strategy = {
     .init = fixed_init,
     .fini = fixed_fini,
     .grant = fixed_grant,
-    .segment_size = fixed_segment_size,
+    .segment_need = fixed_segment_need,
+    .segment_shape = SEGMENT_EXACT, /* fixed_reserve_blocks blocks, whatever the growth */
     .add_span = fixed_add_span,
     .remove_span = fixed_remove_span,
     .take = fixed_take,

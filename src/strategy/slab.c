@@ -239,16 +239,16 @@ static bool is_space(const slab_state *st, const gm_block *b)
 }
 
 /* File free block b (in no slab) as space, merged with the space on either side. */
-static void space_give(gm_pool *pool, slab_state *st, gm_block *b)
+static void space_give(strategy_ctx *sc, slab_state *st, gm_block *b)
 {
     if (is_space(st, b->phys_next)) {
         space_remove(st, b->phys_next);
-        block_merge_next_locked(pool, b);
+        block_merge_next_locked(&sc->records, b);
     }
     if (is_space(st, b->phys_prev)) {
         space_remove(st, b->phys_prev);
         b = b->phys_prev;
-        block_merge_next_locked(pool, b);
+        block_merge_next_locked(&sc->records, b);
     }
     space_insert(st, b);
 }
@@ -298,7 +298,7 @@ static void object_remove(slab_class *cl, gm_block *b)
 
 /* Give slab sl, with no object in use, back to its segment: unfile its free objects, join its
  * records (`any` is one of them, not filed) into one block, and file that block as space. */
-static void slab_dissolve(gm_pool *pool, slab_state *st, slab *sl, gm_block *any)
+static void slab_dissolve(strategy_ctx *sc, slab_state *st, slab *sl, gm_block *any)
 {
     slab_class *cl = &st->classes[sl->cls];
     gm_block *first = any;
@@ -310,18 +310,18 @@ static void slab_dissolve(gm_pool *pool, slab_state *st, slab *sl, gm_block *any
         map_erase(&st->map, b->addr);
     }
     while (first->size < sl->bytes)
-        block_merge_next_locked(pool, first);
+        block_merge_next_locked(&sc->records, first);
     slab_unlink(cl, sl);
     if (cl->current == sl)
         cl->current = NULL;
     free(sl);
-    space_give(pool, st, first);
+    space_give(sc, st, first);
 }
 
 /* A new slab of class c at the front of space block b (at least one object fits), its whole
  * range the tail: a whole slab if b holds one, else as many objects as fit. NULL if host memory
  * is exhausted (b stays filed). */
-static slab *slab_new_in(gm_pool *pool, slab_state *st, unsigned c, size_t size, gm_block *b)
+static slab *slab_new_in(strategy_ctx *sc, slab_state *st, unsigned c, size_t size, gm_block *b)
 {
     size_t bytes = size * slab_objects(size);
     if (b->size < bytes)
@@ -331,7 +331,7 @@ static slab *slab_new_in(gm_pool *pool, slab_state *st, unsigned c, size_t size,
         return NULL;
     space_remove(st, b);
     if (b->size > bytes) {
-        gm_block *rest = block_split_locked(pool, b, bytes);
+        gm_block *rest = block_split_locked(&sc->records, b, bytes);
         if (!rest) {
             space_insert(st, b);
             free(sl);
@@ -341,7 +341,7 @@ static slab *slab_new_in(gm_pool *pool, slab_state *st, unsigned c, size_t size,
     }
     if (!map_put(&st->map, b->addr, sl)) {
         free(sl);
-        space_give(pool, st, b);
+        space_give(sc, st, b);
         return NULL;
     }
     *sl = (slab){.base = b->addr, .bytes = bytes, .tail = b, .cls = c};
@@ -351,24 +351,24 @@ static slab *slab_new_in(gm_pool *pool, slab_state *st, unsigned c, size_t size,
 }
 
 /* A new slab of class c from space; NULL if nothing fits. */
-static slab *slab_new(gm_pool *pool, slab_state *st, unsigned c, size_t size)
+static slab *slab_new(strategy_ctx *sc, slab_state *st, unsigned c, size_t size)
 {
     gm_block *b = space_find(st, size * slab_objects(size));
     if (!b) /* no room for a whole slab: as many objects as the largest fit allows */
         b = space_find(st, size);
-    return b ? slab_new_in(pool, st, c, size, b) : NULL;
+    return b ? slab_new_in(sc, st, c, size, b) : NULL;
 }
 
 /* Cut the next object off sl's tail; NULL if host memory ran out. */
-static gm_block *slab_carve(gm_pool *pool, slab_state *st, slab *sl, size_t size)
+static gm_block *slab_carve(strategy_ctx *sc, slab_state *st, slab *sl, size_t size)
 {
     gm_block *b = sl->tail;
     if (b->size > size) {
-        gm_block *rest = block_split_locked(pool, b, size);
+        gm_block *rest = block_split_locked(&sc->records, b, size);
         if (!rest)
             return NULL;
         if (!map_put(&st->map, rest->addr, sl)) {
-            block_merge_next_locked(pool, b);
+            block_merge_next_locked(&sc->records, b);
             return NULL;
         }
         sl->tail = rest;
@@ -382,9 +382,9 @@ static gm_block *slab_carve(gm_pool *pool, slab_state *st, slab *sl, size_t size
 
 /* ---------------------------------------------------------------- the strategy interface */
 
-static gm_status slab_init(gm_pool *pool, gm_arena *a)
+static gm_status slab_init(strategy_ctx *sc, gm_arena *a)
 {
-    (void)pool;
+    (void)sc;
     slab_state *st = gm_host_calloc(1, sizeof *st);
     if (!st)
         return GM_ERR_HOST_MEMORY;
@@ -395,9 +395,9 @@ static gm_status slab_init(gm_pool *pool, gm_arena *a)
 
 /* Spans are gone by now (the pool releases them first); slab records may remain only in a
  * pool destroyed with live blocks. */
-static void slab_fini(gm_pool *pool, gm_arena *a)
+static void slab_fini(strategy_ctx *sc, gm_arena *a)
 {
-    (void)pool;
+    (void)sc;
     slab_state *st = a->state;
     for (unsigned c = 0; c < CLASS_COUNT; c++)
         while (st->classes[c].slabs) {
@@ -412,53 +412,55 @@ static void slab_fini(gm_pool *pool, gm_arena *a)
 }
 
 /* The class size of max(size, min_block_bytes), a multiple of min_block_bytes; 0 if too large. */
-static size_t slab_grant(const gm_pool *pool, const gm_arena *a, size_t size)
+static size_t slab_grant(const strategy_ctx *sc, const gm_arena *a, size_t size)
 {
     const slab_state *st = a->state;
-    size_t g = pool->cfg.min_block_bytes;
+    size_t g = sc->cfg->min_block_bytes;
     if (size > ((size_t)1 << 62))
         return 0;
     return round_up(class_size(st, class_of(st, round_up(size, g))), g);
 }
 
-/* The pool's segment sizing, for a whole slab. */
-static size_t slab_segment_size(const gm_pool *pool, const gm_arena *a, size_t granted)
+/* A segment holds a whole slab (the pool sizes it by its policy). */
+static size_t slab_segment_need(const strategy_ctx *sc, const gm_arena *a, size_t granted)
 {
-    return pool_default_segment_size(pool, a, granted * slab_objects(granted));
+    (void)sc;
+    (void)a;
+    return granted * slab_objects(granted);
 }
 
-static void slab_add_span(gm_pool *pool, gm_arena *a, gm_span *s)
+static void slab_add_span(strategy_ctx *sc, gm_arena *a, gm_span *s)
 {
-    (void)pool;
+    (void)sc;
     space_insert(a->state, s->first);
 }
 
 /* A wholly free span holds no slab (a slab with nothing in use is dissolved at once), so it
  * is one space block. */
-static void slab_remove_span(gm_pool *pool, gm_arena *a, gm_span *s)
+static void slab_remove_span(strategy_ctx *sc, gm_arena *a, gm_span *s)
 {
     slab_state *st = a->state;
     for (gm_block *b = s->first; b; b = b->phys_next)
         space_remove(st, b);
     while (s->first->phys_next)
-        block_merge_next_locked(pool, s->first);
+        block_merge_next_locked(&sc->records, s->first);
 }
 
 /* Cut an object off slab sl (its class's current slab), counting it in use; a slab made for
  * this object (`fresh`) is dissolved again if host memory runs out. */
-static gm_block *object_from(gm_pool *pool, slab_state *st, slab *sl, size_t granted, bool fresh)
+static gm_block *object_from(strategy_ctx *sc, slab_state *st, slab *sl, size_t granted, bool fresh)
 {
-    gm_block *b = slab_carve(pool, st, sl, granted);
+    gm_block *b = slab_carve(sc, st, sl, granted);
     if (!b) {
         if (fresh)
-            slab_dissolve(pool, st, sl, sl->tail);
+            slab_dissolve(sc, st, sl, sl->tail);
         return NULL;
     }
     sl->in_use++;
     return b;
 }
 
-static gm_block *slab_take(gm_pool *pool, gm_arena *a, size_t granted)
+static gm_block *slab_take(strategy_ctx *sc, gm_arena *a, size_t granted)
 {
     slab_state *st = a->state;
     unsigned c = class_of(st, granted);
@@ -471,41 +473,41 @@ static gm_block *slab_take(gm_pool *pool, gm_arena *a, size_t granted)
     }
     slab *sl = cl->current;
     bool fresh = !sl;
-    if (fresh && !(sl = slab_new(pool, st, c, granted)))
+    if (fresh && !(sl = slab_new(sc, st, c, granted)))
         return NULL;
-    return object_from(pool, st, sl, granted, fresh);
+    return object_from(sc, st, sl, granted, fresh);
 }
 
 /* Compaction: an object of `granted`'s class at fb's address. fb may be a free object of that
  * class, the tail of the class's current slab, or space when the class has no current slab
  * (a new slab starts there: only the current slab may have a tail). Anything else (an object
  * or tail of another class, space while the class is carving elsewhere) gets NULL, unchanged. */
-static gm_block *slab_take_at(gm_pool *pool, gm_arena *a, gm_block *fb, size_t granted)
+static gm_block *slab_take_at(strategy_ctx *sc, gm_arena *a, gm_block *fb, size_t granted)
 {
     slab_state *st = a->state;
     unsigned c = class_of(st, granted);
     slab_class *cl = &st->classes[c];
     slab *sl = map_get(&st->map, fb->addr);
     if (!sl) {
-        if (cl->current || fb->size < granted || !(sl = slab_new_in(pool, st, c, granted, fb)))
+        if (cl->current || fb->size < granted || !(sl = slab_new_in(sc, st, c, granted, fb)))
             return NULL;
-        return object_from(pool, st, sl, granted, true);
+        return object_from(sc, st, sl, granted, true);
     }
     if (sl->cls != c)
         return NULL;
     if (fb == sl->tail)
-        return object_from(pool, st, sl, granted, false);
+        return object_from(sc, st, sl, granted, false);
     object_remove(cl, fb);
     sl->in_use++;
     return fb;
 }
 
-static void slab_give(gm_pool *pool, gm_arena *a, gm_block *b)
+static void slab_give(strategy_ctx *sc, gm_arena *a, gm_block *b)
 {
     slab_state *st = a->state;
     slab *sl = map_get(&st->map, b->addr);
     if (--sl->in_use == 0)
-        slab_dissolve(pool, st, sl, b);
+        slab_dissolve(sc, st, sl, b);
     else
         object_push(&st->classes[sl->cls], b);
 }
@@ -595,10 +597,10 @@ static gm_status check_space(const slab_state *st, size_t *listed, char *why, si
     return GM_OK;
 }
 
-static gm_status slab_check_arena(gm_pool *pool, const gm_arena *a, size_t *free_blocks,
+static gm_status slab_check_arena(strategy_ctx *sc, const gm_arena *a, size_t *free_blocks,
                                   char *why, size_t why_len)
 {
-    (void)pool;
+    (void)sc;
     slab_state *st = a->state;
     size_t mapped = 0;
     for (unsigned c = 0; c < CLASS_COUNT; c++)
@@ -629,7 +631,8 @@ const strategy_ops slab_strategy = {
     .init = slab_init,
     .fini = slab_fini,
     .grant = slab_grant,
-    .segment_size = slab_segment_size,
+    .segment_need = slab_segment_need,
+    .segment_shape = SEGMENT_POLICY,
     .add_span = slab_add_span,
     .remove_span = slab_remove_span,
     .take = slab_take,

@@ -49,9 +49,8 @@ bool strategy_tlsf_only(gm_strategy s)
            r->route == ROUTE_SMALL_REQUEST_MAX;
 }
 
-int strategy_route(const gm_pool *pool, size_t size, const char **why)
+int strategy_route(const gm_config *c, size_t size, const char **why)
 {
-    const gm_config *c = &pool->cfg;
     switch (row_of(c->strategy)->route) {
     case ROUTE_FIXED_BLOCK:
         if (size <= c->fixed_block_bytes)

@@ -2,7 +2,9 @@
  * The strategy interface: how an arena carves its spans into blocks.
  *
  * The pool owns spans (segments), block records, streams, pages and counters; a strategy owns
- * only the free blocks of one arena: where they are filed and how they split and merge. All
+ * only the free blocks of one arena: where they are filed and how they split and merge. It sees
+ * no pool: each call gets a strategy_ctx (internal.h), the block-record allocator and a const
+ * view of the settings, which is all a strategy may touch besides its arena. All
  * strategies tile spans with gm_block records in address order (phys_prev/phys_next), so stats,
  * snapshots and gm_pool_check work the same for every one of them.
  *
@@ -12,8 +14,12 @@
  *                    if the arena cannot serve the request at all; a function of the
  *                    configuration and a->kind only (gm_alloc asks the pool's state-only
  *                    grant_arenas once, without the lock, for every heap; a tlsf-only pool
- *                    calls pool_round_size inline instead: strategy_tlsf_only)
- *   segment_size     bytes of a new plain segment to serve a block of `granted` bytes
+ *                    calls config_round_size inline instead: strategy_tlsf_only)
+ *   segment_need     (optional; NULL = `granted`) the bytes a new plain segment must hold to
+ *                    serve a block of `granted` bytes (slab: a whole slab)
+ *   segment_shape    how the pool's segment sizing (growth.c, a pool policy) applies to that
+ *                    need: SEGMENT_POLICY its size; SEGMENT_POLICY_POW2 the largest power of two
+ *                    within it, at least the need (buddy); SEGMENT_EXACT the need itself (fixed)
  *   add_span         a new span holding one free block (s->first) joins the arena
  *   remove_span      a wholly free span leaves: forget its free block(s) (the pool frees the
  *                    records of s->first afterwards; the strategy deletes any others)
@@ -33,20 +39,28 @@
 #ifndef GM_STRATEGY_H
 #define GM_STRATEGY_H
 
+#include "blocks.h"
 #include "internal.h"
+
+typedef enum segment_shape {
+    SEGMENT_POLICY,      /* the pool's size for the need */
+    SEGMENT_POLICY_POW2, /* the largest power of two within the pool's size, at least the need */
+    SEGMENT_EXACT,       /* the need itself */
+} segment_shape;
 
 struct strategy_ops {
     const char *name;
-    gm_status (*init)(gm_pool *pool, gm_arena *a);
-    void (*fini)(gm_pool *pool, gm_arena *a);
-    size_t (*grant)(const gm_pool *pool, const gm_arena *a, size_t size);
-    size_t (*segment_size)(const gm_pool *pool, const gm_arena *a, size_t granted);
-    void (*add_span)(gm_pool *pool, gm_arena *a, gm_span *s);
-    void (*remove_span)(gm_pool *pool, gm_arena *a, gm_span *s);
-    gm_block *(*take)(gm_pool *pool, gm_arena *a, size_t granted);
-    void (*give)(gm_pool *pool, gm_arena *a, gm_block *b);
-    gm_block *(*take_at)(gm_pool *pool, gm_arena *a, gm_block *fb, size_t granted);
-    gm_status (*check)(gm_pool *pool, const gm_arena *a, size_t *free_blocks, char *why,
+    gm_status (*init)(strategy_ctx *sc, gm_arena *a);
+    void (*fini)(strategy_ctx *sc, gm_arena *a);
+    size_t (*grant)(const strategy_ctx *sc, const gm_arena *a, size_t size);
+    size_t (*segment_need)(const strategy_ctx *sc, const gm_arena *a, size_t granted);
+    segment_shape segment_shape;
+    void (*add_span)(strategy_ctx *sc, gm_arena *a, gm_span *s);
+    void (*remove_span)(strategy_ctx *sc, gm_arena *a, gm_span *s);
+    gm_block *(*take)(strategy_ctx *sc, gm_arena *a, size_t granted);
+    void (*give)(strategy_ctx *sc, gm_arena *a, gm_block *b);
+    gm_block *(*take_at)(strategy_ctx *sc, gm_arena *a, gm_block *fb, size_t granted);
+    gm_status (*check)(strategy_ctx *sc, const gm_arena *a, size_t *free_blocks, char *why,
                        size_t why_len);
 };
 
@@ -59,44 +73,16 @@ extern const strategy_ops fixed_strategy; /* fixed.c */
 const strategy_ops *strategy_of(gm_strategy s, int arena_kind);
 /* The arena (ARENA_SMALL / ARENA_LARGE) that serves a request of `size` bytes, or -1 when the
  * configuration refuses it (with a reason in *why). */
-int strategy_route(const gm_pool *pool, size_t size, const char **why);
+int strategy_route(const gm_config *c, size_t size, const char **why);
 
 /* Shared block surgery for strategies, inline: a split and a merge are most of what a take
- * and a give do (the records come from pool.c).
- *
- * Spare records (pool->spare_blocks, linked by free_next) are kept in the state of a free
- * block's record: requested 0, no cache event, no extra streams, handle 0. A free block's
- * record is in that state already (block_untake_in clears the rest, and the cache its event
- * when a block leaves it), so a merge recycles the record it deletes as it is, and a split
- * writes only the fields that differ. The age links are stale outside the cache: only the
- * cache reads them, and file_block writes both. block_delete_locked (pool.c) resets a record
- * in any other state. */
-GM_COLD bool block_chunk_add_locked(gm_pool *pool); /* pool.c: more spare records */
-
-/* A spare record (see above), or NULL if host memory is exhausted. */
-static inline gm_block *block_record_locked(gm_pool *pool)
-{
-    if (!pool->spare_blocks && !block_chunk_add_locked(pool))
-        return NULL;
-    gm_block *b = pool->spare_blocks;
-    pool->spare_blocks = b->free_next;
-    return b;
-}
-
-/* Give back the record of a free block (its fields in the spare state). */
-static inline void block_recycle_locked(gm_pool *pool, gm_block *b)
-{
-    assert(GM_DEBUG < 2 || (b->requested == 0 && !b->cache_event && !b->extra_streams &&
-                            !b->extra_count && !b->handle));
-    b->free_next = pool->spare_blocks;
-    pool->spare_blocks = b;
-}
+ * and a give do (the records come from the record allocator, blocks.h). */
 
 /* Split free block b (not filed) at `size`: b keeps the front, the returned record the rest
  * (free, not filed). NULL if host memory is exhausted (b unchanged). */
-static inline gm_block *block_split_locked(gm_pool *pool, gm_block *b, size_t size)
+static inline gm_block *block_split_locked(block_records *r, gm_block *b, size_t size)
 {
-    gm_block *rest = block_record_locked(pool);
+    gm_block *rest = block_record_locked(r);
     if (!rest)
         return NULL;
     /* The fields a spare record does not hold already, one by one (a memset of the record, or a
@@ -119,26 +105,26 @@ static inline gm_block *block_split_locked(gm_pool *pool, gm_block *b, size_t si
 }
 
 /* Merge b's free address-order successor (not filed) into b, recycling its record. */
-static inline void block_merge_next_locked(gm_pool *pool, gm_block *b)
+static inline void block_merge_next_locked(block_records *r, gm_block *b)
 {
     gm_block *next = b->phys_next;
     b->size += next->size;
     b->phys_next = next->phys_next;
     if (next->phys_next)
         next->phys_next->phys_prev = b;
-    block_recycle_locked(pool, next);
+    block_recycle_locked(r, next);
 }
 
 /* Granted size by the pool's rounding rules (min_block_bytes, roundup_power2_divisions), or 0
  * if the size cannot be represented. tlsf's grant; inline, so that gm_alloc routes and grants a
  * request of a tlsf-only pool without a call (strategy_tlsf_only). */
-static inline size_t pool_round_size(const gm_pool *pool, size_t size)
+static inline size_t config_round_size(const gm_config *c, size_t size)
 {
-    size_t g = pool->cfg.min_block_bytes;
+    size_t g = c->min_block_bytes;
     if (size > SIZE_MAX / 2)
         return 0;
     size_t r = round_up(size, g);
-    unsigned div = pool->cfg.roundup_power2_divisions;
+    unsigned div = c->roundup_power2_divisions;
     if (div > 1 && r >= ((size_t)1 << 20)) {
         size_t floor = (size_t)1 << floor_log2(r);
         size_t step = floor / div;
@@ -151,7 +137,5 @@ static inline size_t pool_round_size(const gm_pool *pool, size_t size)
  * strategy_route(size) is size <= small_request_max ? ARENA_SMALL : ARENA_LARGE and grant() is
  * pool_round_size in either arena. */
 bool strategy_tlsf_only(gm_strategy s);
-/* PyTorch-like plain segment sizing: small segments, medium segments, large rounded. */
-size_t pool_default_segment_size(const gm_pool *pool, const gm_arena *a, size_t granted);
 
 #endif

@@ -171,47 +171,47 @@ static gm_status tlsf_check(const tlsf *t, size_t *free_blocks_out, char *why, s
 
 /* ---------------------------------------------------------------- the strategy interface */
 
-static gm_status tlsf_init_arena(gm_pool *pool, gm_arena *a)
+static gm_status tlsf_init_arena(strategy_ctx *sc, gm_arena *a)
 {
-    (void)pool;
+    (void)sc;
     a->state = gm_host_calloc(1, sizeof(tlsf));
     return a->state ? GM_OK : GM_ERR_HOST_MEMORY;
 }
 
-static void tlsf_fini_arena(gm_pool *pool, gm_arena *a)
+static void tlsf_fini_arena(strategy_ctx *sc, gm_arena *a)
 {
-    (void)pool;
+    (void)sc;
     free(a->state);
     a->state = NULL;
 }
 
-static size_t tlsf_grant(const gm_pool *pool, const gm_arena *a, size_t size)
+static size_t tlsf_grant(const strategy_ctx *sc, const gm_arena *a, size_t size)
 {
     (void)a;
-    return pool_round_size(pool, size);
+    return config_round_size(sc->cfg, size);
 }
 
-static void tlsf_add_span(gm_pool *pool, gm_arena *a, gm_span *s)
+static void tlsf_add_span(strategy_ctx *sc, gm_arena *a, gm_span *s)
 {
-    (void)pool;
+    (void)sc;
     tlsf_insert(a->state, s->first);
 }
 
-static void tlsf_remove_span(gm_pool *pool, gm_arena *a, gm_span *s)
+static void tlsf_remove_span(strategy_ctx *sc, gm_arena *a, gm_span *s)
 {
-    (void)pool;
+    (void)sc;
     tlsf_unlink(a->state, s->first);
 }
 
 /* Unfile free block b and return its front `size` bytes, filing the rest; NULL, with b filed
  * as it was, if host memory is exhausted. Inlined into take: it is most of it. */
-static GM_INLINE gm_block *tlsf_carve(gm_pool *pool, tlsf *t, gm_block *b, size_t size)
+static GM_INLINE gm_block *tlsf_carve(strategy_ctx *sc, tlsf *t, gm_block *b, size_t size)
 {
     if (b->size - size < BLOCK_ALIGN) {
         tlsf_unlink(t, b);
         return b;
     }
-    gm_block *rest = block_split_locked(pool, b, size);
+    gm_block *rest = block_split_locked(&sc->records, b, size);
     if (!rest)
         return NULL;
     tlsf_unlink(t, b);
@@ -219,56 +219,56 @@ static GM_INLINE gm_block *tlsf_carve(gm_pool *pool, tlsf *t, gm_block *b, size_
     return b;
 }
 
-static GM_INLINE gm_block *tlsf_take_in(gm_pool *pool, gm_arena *a, size_t size)
+static GM_INLINE gm_block *tlsf_take_in(strategy_ctx *sc, gm_arena *a, size_t size)
 {
     tlsf *t = a->state;
     gm_block *b = tlsf_find(t, size);
-    return b ? tlsf_carve(pool, t, b, size) : NULL;
+    return b ? tlsf_carve(sc, t, b, size) : NULL;
 }
 
 /* take when no spare record is left for a split: out of line, so that the common take, whose
  * split then cannot run out of records, calls nothing and saves no registers. */
-static GM_COLD gm_block *tlsf_take_spareless(gm_pool *pool, gm_arena *a, size_t size)
+static GM_COLD gm_block *tlsf_take_spareless(strategy_ctx *sc, gm_arena *a, size_t size)
 {
-    return tlsf_take_in(pool, a, size);
+    return tlsf_take_in(sc, a, size);
 }
 
-static gm_block *tlsf_take(gm_pool *pool, gm_arena *a, size_t size)
+static gm_block *tlsf_take(strategy_ctx *sc, gm_arena *a, size_t size)
 {
-    if (!pool->spare_blocks)
-        return tlsf_take_spareless(pool, a, size);
-    return tlsf_take_in(pool, a, size);
+    if (!sc->records.spare)
+        return tlsf_take_spareless(sc, a, size);
+    return tlsf_take_in(sc, a, size);
 }
 
-static gm_block *tlsf_take_at(gm_pool *pool, gm_arena *a, gm_block *fb, size_t size)
+static gm_block *tlsf_take_at(strategy_ctx *sc, gm_arena *a, gm_block *fb, size_t size)
 {
     if (fb->size < size)
         return NULL;
-    return tlsf_carve(pool, a->state, fb, size);
+    return tlsf_carve(sc, a->state, fb, size);
 }
 
 /* Free b merges with its free neighbours, then is filed. Each neighbour is unfiled before the
  * merge recycles its record (links and all). */
-static void tlsf_give(gm_pool *pool, gm_arena *a, gm_block *b)
+static void tlsf_give(strategy_ctx *sc, gm_arena *a, gm_block *b)
 {
     tlsf *t = a->state;
     gm_block *next = b->phys_next, *prev = b->phys_prev;
     if (next && block_is_free(next)) {
         tlsf_unlink(t, next);
-        block_merge_next_locked(pool, b);
+        block_merge_next_locked(&sc->records, b);
     }
     if (prev && block_is_free(prev)) {
         tlsf_unlink(t, prev);
-        block_merge_next_locked(pool, prev);
+        block_merge_next_locked(&sc->records, prev);
         b = prev;
     }
     tlsf_insert(t, b);
 }
 
-static gm_status tlsf_check_arena(gm_pool *pool, const gm_arena *a, size_t *free_blocks,
+static gm_status tlsf_check_arena(strategy_ctx *sc, const gm_arena *a, size_t *free_blocks,
                                   char *why, size_t why_len)
 {
-    (void)pool;
+    (void)sc;
     const gm_block *prev = NULL;
     for (const gm_span *s = a->spans; s; s = s->next, prev = NULL)
         for (const gm_block *b = s->first; b; prev = b, b = b->phys_next)
@@ -285,7 +285,7 @@ const strategy_ops tlsf_strategy = {
     .init = tlsf_init_arena,
     .fini = tlsf_fini_arena,
     .grant = tlsf_grant,
-    .segment_size = pool_default_segment_size,
+    .segment_shape = SEGMENT_POLICY,
     .add_span = tlsf_add_span,
     .remove_span = tlsf_remove_span,
     .take = tlsf_take,
