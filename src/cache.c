@@ -33,6 +33,7 @@
  * stream: the second look asks about streams).
  */
 #include "internal.h"
+#include "release.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,6 +239,36 @@ static inline __attribute__((always_inline)) void unfile_block(gm_cache *c, cach
 
 /* ---------------------------------------------------------------- eviction */
 
+/* release_evicted_locked of a block with an event, or last used on another stream than its
+ * heap's. */
+static GM_COLD void cache_release_other_locked(gm_pool *pool, gm_block *b)
+{
+    gm_backend *be = pool->backend;
+    gm_event ev = b->cache_event;
+    b->cache_event = 0;
+    bool done = b->tag == b->span->arena->heap->stream ||
+                (ev && DEVICE_CALL(pool, GM_CALL_EVENT_QUERY, be->ops->event_query(be, ev)) ==
+                           GM_OK);
+    if (ev)
+        pool_event_put_locked(pool, ev);
+    if (done)
+        block_release_locked(pool, b);
+    else
+        pool->cache.park(pool, b); /* behind an event on that stream: retire.c */
+}
+
+/* An evicted cached block goes back to its strategy (behind an event if another stream last
+ * used it). The common case is inline (release.h): evictions are a fifth of gpt2_train's
+ * allocator instructions. */
+static inline void release_evicted_locked(gm_pool *pool, gm_block *b)
+{
+    gm_span *s = b->span;
+    if (!b->cache_event && b->tag == s->arena->heap->stream)
+        release_block_of_span(pool, s, b); /* the common case: no event, its heap's own stream */
+    else
+        cache_release_other_locked(pool, b);
+}
+
 /* b holds blocks, so its LRU order is not empty. */
 static gm_block *victim(const cache_bucket *b)
 {
@@ -264,7 +295,7 @@ static bool evict_one_locked(gm_pool *pool, int prefer)
     gm_block *blk = victim(b);
     unfile_block(c, b, blk, false);
     b->evictions++;
-    cache_release_block_locked(pool, blk);
+    release_evicted_locked(pool, blk);
     return true;
 }
 
@@ -282,7 +313,7 @@ bool cache_evict_arena_locked(gm_pool *pool, const gm_arena *a)
             if (blk->span->arena == a) {
                 unfile_block(c, b, blk, false);
                 b->evictions++;
-                cache_release_block_locked(pool, blk);
+                release_evicted_locked(pool, blk);
                 return true;
             }
     }

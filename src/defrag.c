@@ -46,6 +46,7 @@
  * at most `budget` bytes copied.
  */
 #include "internal.h"
+#include "release.h"
 #include "strategy.h"
 
 #include <inttypes.h>
@@ -240,7 +241,7 @@ static bool move_block_locked(gm_pool *pool, gm_arena *a, gm_block *c, gm_block 
     nb->flags = 0;
     nb->span->live_blocks++;
     if (nb->span->vmm && pages_acquire_locked(pool, a, nb->addr, nb->size) != GM_OK) {
-        block_untake_locked(pool, nb); /* no page for the target: c stays */
+        block_refile_locked(pool, nb); /* no page for the target: c stays */
         return false;
     }
     /* Other streams' work queued before the step reads or writes the old range: the copy waits

@@ -223,6 +223,9 @@ typedef struct gm_cache {
     double ratio, live_ratio, cap_d; /* cap_d = (double)cap */
     int approx_shift; /* ratio = 2^-approx_shift, the approx window is a shift; else -1 */
     bool enabled;
+    /* Installed by the pool (retire.c): an evicted block last used on another stream than its
+     * heap's waits behind an event on that stream, on the pool's pending list. */
+    void (*park)(gm_pool *pool, gm_block *b);
 } gm_cache;
 
 /* Open-addressing map from block address to live block. */
@@ -415,6 +418,9 @@ void tracing_free(gm_trace *t, void *ptr, size_t size, gm_stream stream);
 void tracing_close(gm_trace *t);                              /* flushes; NULL is a no-op */
 
 struct gm_pool {
+    /* What the strategies may touch: block records, the settings. First, so that passing
+     * &pool->strat costs no instruction where the pool is at hand. */
+    strategy_ctx strat;
     gm_backend *backend;
     gm_trace *trace; /* NULL unless gm_config.trace_file is set */
     gm_config cfg; /* every default resolved */
@@ -431,7 +437,6 @@ struct gm_pool {
     gm_stream *synced_streams; /* streams that freed memory: synced before unmapping */
     size_t synced_count, synced_cap;
 
-    strategy_ctx strat; /* what the strategies may touch: block records, the settings */
 
     /* Counters of the locked path (under lock); the lock-free path keeps its own deltas in
      * each tcache, and pool_totals_locked adds them up. The four byte counters are atomic so
@@ -460,6 +465,14 @@ struct gm_pool {
     uint64_t device_time_ns;
 
     gm_cache cache;
+    /* The segments layer's only ways up (segment.c), installed by the pool at creation: */
+    struct {
+        /* Evict one cached block (the pool's cache, else the threads'), so that pages may fall
+         * idle for recycling; false if every cache is empty. */
+        bool (*evict_one)(gm_pool *pool);
+        /* Give every peer access to the pages just mapped at [addr, addr + size) (share.c). */
+        gm_status (*grant_peers)(gm_pool *pool, uintptr_t addr, size_t size);
+    } seg_hooks;
     /* Ladder step 3: try to make `bytes` contiguous in arena a by compaction (defrag.c); true
      * if it moved anything. */
     bool (*defrag_hook)(gm_pool *pool, gm_arena *a, size_t bytes);
@@ -579,9 +592,6 @@ void debug_validate_locked(gm_pool *pool); /* GM_DEBUG 3: gm_pool_check holds, o
 gm_status fail_no_pool(gm_status st, const char *fn, const char *what);
 
 
-/* An evicted cached block goes back to its strategy (behind an event if another stream last
- * used it). */
-void cache_release_block_locked(gm_pool *pool, gm_block *b);
 
 /* A request routed and rounded once per gm_alloc: the thread cache and the locked path both
  * use it. grant() depends only on the configuration and the arena kind, so the pool's
@@ -597,16 +607,13 @@ typedef struct gm_request {
  * the live map, with b->handle = `handle`, when it returns GM_OK. Unlocks nothing. */
 gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32_t handle,
                             gm_block **out);
-/* Take a live block out of the live map and free it on `stream` (gm_free's locked path). */
+/* retire.c: take a live block out of the live map and free it on `stream` (gm_free's locked
+ * path); finish the pending frees whose events completed. */
+void process_pending_locked(gm_pool *pool);
 void pool_free_block_locked(gm_pool *pool, gm_block *b, gm_stream stream);
 /* Every cached block (the threads', the pool's) back to its strategy; pending frees whose
  * events completed finish. Never waits for the device. */
 void pool_evict_caches_locked(gm_pool *pool);
-/* A block taken from its strategy goes back: pages dropped (VMM), merged, filed; a wholly free
- * plain segment is released at once under GM_RELEASE_EAGER. */
-void block_release_locked(gm_pool *pool, gm_block *b);
-/* Undo a take whose pages were not acquired: the block is free and filed again. */
-void block_untake_locked(gm_pool *pool, gm_block *b);
 
 /* Explain why `addr` is not a live block of this pool (double free, interior, foreign). */
 gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn);

@@ -24,6 +24,8 @@
  * growth and release make device calls; VMM work is O(pages covered by the block).
  */
 #include "internal.h"
+#include "release.h"
+#include "retire.h"
 #include "strategy.h"
 
 #include <inttypes.h>
@@ -221,64 +223,6 @@ static inline gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream)
     return heap_add_locked(pool, stream);
 }
 
-/* ---------------------------------------------------------------- block surgery */
-
-/* Mark taken block b of span s, which holds no streams' storage, free again and return it to
- * the free lists (no page bookkeeping). Inline in the eviction path
- * (cache_release_block_locked): a cached block's eviction is a fifth of gpt2_train's allocator
- * instructions. It ends in the strategy's give, which a caller with nothing left to do reaches
- * by a jump. */
-static inline void block_untake_bare(gm_pool *pool, gm_span *s, gm_block *b)
-{
-    GM_ASSERT2(block_sane(b) && b->span == s && s->live_blocks > 0);
-    flags_set(b, BLOCK_FREE);
-    b->requested = 0;
-    b->handle = 0;
-    b->extra_count = 0;
-    s->live_blocks--;
-    s->arena->ops->give(&pool->strat, s->arena, b);
-}
-
-/* block_untake_bare of any taken block: the streams' storage goes first. */
-static inline void block_untake_in(gm_pool *pool, gm_span *s, gm_block *b)
-{
-    if (b->extra_streams) {
-        free(b->extra_streams);
-        b->extra_streams = NULL;
-    }
-    block_untake_bare(pool, s, b);
-}
-
-/* block_release_in with pages to drop, streams' storage to free or a span to release after:
- * out of line, so that the plain case saves no registers and jumps to give. */
-static __attribute__((noinline)) void block_release_slow(gm_pool *pool, gm_span *s, gm_block *b)
-{
-    if (s->vmm)
-        pages_drop_locked(pool, s->arena, b->addr, b->size);
-    block_untake_in(pool, s, b);
-    if (s->live_blocks == 0 && !s->vmm && !s->pinned && pool->cfg.release == GM_RELEASE_EAGER)
-        (void)span_release_locked(pool, s);
-}
-
-/* Return block b of span s to its arena, then apply the eager release policy. */
-static inline void block_release_in(gm_pool *pool, gm_span *s, gm_block *b)
-{
-    if (s->vmm || b->extra_streams || pool->cfg.release == GM_RELEASE_EAGER)
-        block_release_slow(pool, s, b);
-    else
-        block_untake_bare(pool, s, b);
-}
-
-void block_untake_locked(gm_pool *pool, gm_block *b)
-{
-    block_untake_in(pool, b->span, b);
-}
-
-void block_release_locked(gm_pool *pool, gm_block *b)
-{
-    block_release_in(pool, b->span, b);
-}
-
 /* ---------------------------------------------------------------- growth */
 
 /* This arena's cached blocks (the pool's, then the threads') coalesce before it grows; other
@@ -337,7 +281,7 @@ static __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool,
     b->span->live_blocks++;
     gm_status st = pages_acquire_locked(pool, a, b->addr, b->size);
     if (st != GM_OK) {
-        block_untake_locked(pool, b);
+        block_refile_locked(pool, b);
         return st;
     }
     *out = b;
@@ -362,95 +306,6 @@ static GM_INLINE gm_status arena_alloc_locked(gm_pool *pool, gm_arena *a, size_t
 }
 
 /* ---------------------------------------------------------------- events and pending frees */
-
-/* A pending block keeps the events it waits for in its extra_streams storage, reinterpreted as
- * a gm_event array of extra_count entries (the streams are no longer needed once recorded). */
-static bool block_events_done_locked(gm_pool *pool, gm_block *b)
-{
-    gm_backend *be = pool->backend;
-    gm_event *events = (gm_event *)(void *)b->extra_streams;
-    while (b->extra_count) {
-        gm_event ev = events[b->extra_count - 1];
-        if (DEVICE_CALL(pool, GM_CALL_EVENT_QUERY, be->ops->event_query(be, ev)) ==
-            GM_ERR_NOT_READY)
-            return false;
-        pool_event_put_locked(pool, ev);
-        b->extra_count--;
-    }
-    return true;
-}
-
-static void defer_block_locked(gm_pool *pool, gm_block *b, const gm_stream *streams, uint32_t n,
-                               bool to_strategy);
-
-/* A freed block the cache did not take: back to its strategy, directly if its heap's stream
- * was the last user, else behind an event on that user. */
-static __attribute__((noinline)) void block_uncached_locked(gm_pool *pool, gm_block *b)
-{
-    if (b->tag == b->span->arena->heap->stream)
-        block_release_locked(pool, b);
-    else
-        defer_block_locked(pool, b, &b->tag, 1, true);
-}
-
-/* A freed block whose users are all done: into the cache, or back to its strategy. Inline in
- * gm_free, which then calls the cache directly. */
-static GM_INLINE void block_retire_in(gm_pool *pool, gm_block *b)
-{
-    if (!cache_put_locked(pool, b))
-        block_uncached_locked(pool, b);
-}
-
-void block_retire_locked(gm_pool *pool, gm_block *b)
-{
-    block_retire_in(pool, b);
-}
-
-/* An evicted block with an event, or last used on another stream than its heap's. */
-static GM_COLD void cache_release_other_locked(gm_pool *pool, gm_block *b)
-{
-    gm_backend *be = pool->backend;
-    gm_event ev = b->cache_event;
-    b->cache_event = 0;
-    bool done = b->tag == b->span->arena->heap->stream ||
-                (ev && DEVICE_CALL(pool, GM_CALL_EVENT_QUERY, be->ops->event_query(be, ev)) ==
-                           GM_OK);
-    if (ev)
-        pool_event_put_locked(pool, ev);
-    if (done)
-        block_release_locked(pool, b);
-    else
-        defer_block_locked(pool, b, &b->tag, 1, true);
-}
-
-void cache_release_block_locked(gm_pool *pool, gm_block *b)
-{
-    gm_span *s = b->span;
-    if (!b->cache_event && b->tag == s->arena->heap->stream)
-        block_release_in(pool, s, b); /* the common case: no event, its heap's own stream */
-    else
-        cache_release_other_locked(pool, b);
-}
-
-static void process_pending_locked(gm_pool *pool)
-{
-    gm_block **link = &pool->pending;
-    while (*link) {
-        gm_block *b = *link;
-        if (!block_events_done_locked(pool, b)) {
-            link = &b->free_next;
-            continue;
-        }
-        *link = b->free_next;
-        b->free_next = NULL;
-        bool to_strategy = b->flags & BLOCK_TO_STRATEGY;
-        flags_drop(b, BLOCK_PENDING | BLOCK_TO_STRATEGY);
-        if (to_strategy)
-            block_release_locked(pool, b);
-        else
-            block_retire_locked(pool, b);
-    }
-}
 
 void pool_evict_caches_locked(gm_pool *pool)
 {
@@ -479,95 +334,14 @@ static void drain_locked(gm_pool *pool)
     }
 }
 
-static bool stream_listed(const gm_stream *streams, uint32_t n, gm_stream s)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if (streams[i] == s)
-            return true;
-    return false;
-}
-
-/* Park freed block b until an event recorded now on each of `streams` has completed; then it
- * goes back to its strategy (to_strategy) or is retired to the cache. A stream whose event
- * cannot be recorded is synchronized instead: memory is never reused early. */
-static void defer_block_locked(gm_pool *pool, gm_block *b, const gm_stream *streams, uint32_t n,
-                               bool to_strategy)
-{
-    gm_event *events = gm_host_malloc(((size_t)n + 1) * sizeof *events);
-    uint32_t recorded = 0;
-    gm_backend *be = pool->backend;
-    for (uint32_t i = 0; i < n; i++) {
-        gm_event ev = 0;
-        gm_status st = events ? pool_event_get_locked(pool, &ev) : GM_ERR_HOST_MEMORY;
-        if (st == GM_OK)
-            st = DEVICE_CALL(pool, GM_CALL_EVENT_RECORD, be->ops->event_record(be, ev, streams[i]));
-        if (st == GM_OK) {
-            events[recorded++] = ev;
-            continue;
-        }
-        if (ev)
-            pool_event_put_locked(pool, ev);
-        (void)be->ops->stream_sync(be, streams[i]);
-    }
-    free(b->extra_streams);
-    b->extra_streams = (gm_stream *)(void *)events;
-    b->extra_count = recorded;
-    if (!recorded) {
-        if (to_strategy)
-            block_release_locked(pool, b);
-        else
-            block_retire_locked(pool, b);
-        return;
-    }
-    flags_add(b, BLOCK_PENDING | (to_strategy ? BLOCK_TO_STRATEGY : 0u));
-    b->free_next = pool->pending;
-    pool->pending = b;
-}
-
-/* block_freed_locked of a block another stream used: every other stream that used it must
- * finish first, the recorded ones and the one it was allocated on. */
-static GM_COLD void block_freed_shared_locked(gm_pool *pool, gm_block *b, gm_stream stream)
-{
-    gm_stream alloc_stream = b->tag;
-    b->tag = stream;
-    gm_stream *others = gm_host_realloc(b->extra_streams, (b->extra_count + 1u) * sizeof *others);
-    if (!others) { /* cannot list them: wait for them instead */
-        for (uint32_t i = 0; i < b->extra_count; i++)
-            (void)pool->backend->ops->stream_sync(pool->backend, b->extra_streams[i]);
-        (void)pool->backend->ops->stream_sync(pool->backend, alloc_stream);
-        b->extra_count = 0;
-        block_retire_locked(pool, b);
-        return;
-    }
-    others[b->extra_count] = alloc_stream;
-    uint32_t n = 0;
-    for (uint32_t i = 0; i <= b->extra_count; i++)
-        if (others[i] != stream && !stream_listed(others, n, others[i]))
-            others[n++] = others[i];
-    b->extra_streams = others;
-    defer_block_locked(pool, b, others, n, false);
-}
-
-/* A block the program freed on `stream`: reusable at once on that stream; other streams that
- * used it (gm_record_stream) must finish first. */
-static GM_INLINE void block_freed_locked(gm_pool *pool, gm_block *b, gm_stream stream)
-{
-    if (!b->extra_count && b->tag == stream) /* its only user: the tag stays */
-        block_retire_in(pool, b);
-    else
-        block_freed_shared_locked(pool, b, stream);
-}
-
-/* Free live block b on `stream`, already taken out of the live map (handle 0). */
-static GM_INLINE void block_unmapped_free_locked(gm_pool *pool, gm_block *b, gm_stream stream)
-{
-    note_live(pool, b->requested, b->size, false);
-    pool->free_count++;
-    note_stream_for_sync(pool, stream);
-    block_freed_locked(pool, b, stream);
-}
-
 /* ---------------------------------------------------------------- public: create/destroy */
+
+/* The segments' hook (gm_pool.seg_hooks.evict_one): one block of the pool's cache, else every
+ * thread's cached blocks, back to their strategies. */
+static bool evict_one_cached_locked(gm_pool *pool)
+{
+    return cache_evict_one_locked(pool) || tcache_reclaim_locked(pool);
+}
 
 gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **out)
 {
@@ -592,6 +366,9 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     pool->error_fn = pool->cfg.error_callback;
     pool->error_user = pool->cfg.error_user;
     cache_init(&pool->cache, &pool->cfg, backend->caps.capacity);
+    pool->cache.park = park_evicted_locked; /* the cache's one way back up (retire.c) */
+    pool->seg_hooks.evict_one = evict_one_cached_locked;
+    pool->seg_hooks.grant_peers = peer_grant_locked;
     pool->id = tcache_next_pool_id();
     unsigned tcb = pool->cfg.thread_cache_blocks;
     /* A traced pool has no thread caches: every call then takes the pool lock and is recorded
@@ -1147,22 +924,12 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
     if (!plain)
         return pool_unlock(pool, free_refused_locked(pool, b, ptr, stream));
     GM_ASSERT2(block_sane(b) && b->flags == 0);
-    block_unmapped_free_locked(pool, b, stream);
+    free_unmapped_block_locked(pool, b, stream);
     if (GM_DEBUG >= 3)
         debug_validate_locked(pool);
     pool->tc_last_freed = addr; /* for watch_alloc_locked; harmless once the caches are awake */
     gm_mutex_unlock(&pool->lock);
     return GM_OK;
-}
-
-void pool_free_block_locked(gm_pool *pool, gm_block *b, gm_stream stream)
-{
-    live_shard *sh = shard_of(pool, b->addr);
-    spin_lock(&sh->lock);
-    bmap_erase(&sh->map, bmap_find(&sh->map, b->addr));
-    b->handle = 0;
-    spin_unlock(&sh->lock);
-    block_unmapped_free_locked(pool, b, stream);
 }
 
 gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream)

@@ -386,8 +386,8 @@ static gm_status run_map(gm_pool *pool, gm_arena *a, size_t h, size_t n, gm_phys
     size_t gran = pool->granularity;
     uintptr_t addr = page_addr(a, h, gran);
     gm_status st = DEVICE_CALL(pool, GM_CALL_MAP, be->ops->map(be, addr, n * gran, phys));
-    if (st == GM_OK && pool->peer_count && /* peers see new pages too (share.c) */
-        (st = peer_grant_locked(pool, addr, n * gran)) != GM_OK)
+    if (st == GM_OK && pool->peer_count && /* peers see new pages too (the pool's hook) */
+        (st = pool->seg_hooks.grant_peers(pool, addr, n * gran)) != GM_OK)
         (void)DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, addr, n * gran));
     if (st == GM_OK)
         run_note_mapped(a, h, n, phys);
@@ -547,7 +547,7 @@ static gm_status stretch_fill(gm_pool *pool, gm_arena *a, size_t p, size_t n, si
                 if (moved > n)
                     room -= moved - n;
                 n -= moved < n ? moved : n;
-            } else if (!cache_evict_one_locked(pool) && !tcache_reclaim_locked(pool)) {
+            } else if (!pool->seg_hooks.evict_one(pool)) { /* the pool's hook: caches */
                 break;
             }
         }

@@ -5,8 +5,8 @@
  * Peer access. pool->peers lists the devices given access. A plain segment is reachable by a
  * peer once the backend's peer_enable ran (CUDA's peer access is per context and covers every
  * cuMemAlloc of the device); a VMM page only through an access descriptor per mapping, so
- * segment.c calls peer_grant_locked for each run it maps, and enabling a peer walks the pages
- * mapped so far.
+ * segment.c calls peer_grant_locked for each run it maps (through the hook the pool installs,
+ * gm_pool.seg_hooks), and enabling a peer walks the pages mapped so far.
  *
  * IPC. Each gm_ipc_export makes one record (pool->exports): the block, the backend's blob and,
  * once the program freed the block, the stream of that free. Invariants (under the pool lock):

@@ -1,0 +1,139 @@
+/*
+ * A freed block retires (retire.h): into the cache, or back to its strategy; while other
+ * streams may still use it, it waits on the pending list behind events recorded on them. Above
+ * the cache (a retiring block is offered to it) and below the pool's front door. The cache
+ * reaches back here only through the callback the pool installs (gm_cache.park: an evicted
+ * block last used on another stream waits behind an event).
+ */
+#include "retire.h"
+#include "release.h"
+
+#include <stdlib.h>
+
+/* A pending block keeps the events it waits for in its extra_streams storage, reinterpreted as
+ * a gm_event array of extra_count entries (the streams are no longer needed once recorded). */
+static bool pending_events_done_locked(gm_pool *pool, gm_block *b)
+{
+    gm_backend *be = pool->backend;
+    gm_event *events = (gm_event *)(void *)b->extra_streams;
+    while (b->extra_count) {
+        gm_event ev = events[b->extra_count - 1];
+        if (DEVICE_CALL(pool, GM_CALL_EVENT_QUERY, be->ops->event_query(be, ev)) ==
+            GM_ERR_NOT_READY)
+            return false;
+        pool_event_put_locked(pool, ev);
+        b->extra_count--;
+    }
+    return true;
+}
+
+/* A freed block the cache did not take: back to its strategy, directly if its heap's stream
+ * was the last user, else behind an event on that user. */
+__attribute__((noinline)) void retire_uncached_locked(gm_pool *pool, gm_block *b)
+{
+    if (b->tag == b->span->arena->heap->stream)
+        block_release_locked(pool, b);
+    else
+        park_behind_events_locked(pool, b, &b->tag, 1, true);
+}
+
+void block_retire_locked(gm_pool *pool, gm_block *b)
+{
+    retire_block(pool, b);
+}
+
+void process_pending_locked(gm_pool *pool)
+{
+    gm_block **link = &pool->pending;
+    while (*link) {
+        gm_block *b = *link;
+        if (!pending_events_done_locked(pool, b)) {
+            link = &b->free_next;
+            continue;
+        }
+        *link = b->free_next;
+        b->free_next = NULL;
+        bool to_strategy = b->flags & BLOCK_TO_STRATEGY;
+        flags_drop(b, BLOCK_PENDING | BLOCK_TO_STRATEGY);
+        if (to_strategy)
+            block_release_locked(pool, b);
+        else
+            block_retire_locked(pool, b);
+    }
+}
+
+/* Park freed block b until an event recorded now on each of `streams` has completed; then it
+ * goes back to its strategy (to_strategy) or is retired to the cache. A stream whose event
+ * cannot be recorded is synchronized instead: memory is never reused early. */
+void park_behind_events_locked(gm_pool *pool, gm_block *b, const gm_stream *streams, uint32_t n,
+                               bool to_strategy)
+{
+    gm_event *events = gm_host_malloc(((size_t)n + 1) * sizeof *events);
+    uint32_t recorded = 0;
+    gm_backend *be = pool->backend;
+    for (uint32_t i = 0; i < n; i++) {
+        gm_event ev = 0;
+        gm_status st = events ? pool_event_get_locked(pool, &ev) : GM_ERR_HOST_MEMORY;
+        if (st == GM_OK)
+            st = DEVICE_CALL(pool, GM_CALL_EVENT_RECORD, be->ops->event_record(be, ev, streams[i]));
+        if (st == GM_OK) {
+            events[recorded++] = ev;
+            continue;
+        }
+        if (ev)
+            pool_event_put_locked(pool, ev);
+        (void)be->ops->stream_sync(be, streams[i]);
+    }
+    free(b->extra_streams);
+    b->extra_streams = (gm_stream *)(void *)events;
+    b->extra_count = recorded;
+    if (!recorded) {
+        if (to_strategy)
+            block_release_locked(pool, b);
+        else
+            block_retire_locked(pool, b);
+        return;
+    }
+    flags_add(b, BLOCK_PENDING | (to_strategy ? BLOCK_TO_STRATEGY : 0u));
+    b->free_next = pool->pending;
+    pool->pending = b;
+}
+
+/* free_on_stream_locked of a block another stream used: every other stream that used it must
+ * finish first, the recorded ones and the one it was allocated on. */
+GM_COLD void free_shared_block_locked(gm_pool *pool, gm_block *b, gm_stream stream)
+{
+    gm_stream alloc_stream = b->tag;
+    b->tag = stream;
+    gm_stream *others = gm_host_realloc(b->extra_streams, (b->extra_count + 1u) * sizeof *others);
+    if (!others) { /* cannot list them: wait for them instead */
+        for (uint32_t i = 0; i < b->extra_count; i++)
+            (void)pool->backend->ops->stream_sync(pool->backend, b->extra_streams[i]);
+        (void)pool->backend->ops->stream_sync(pool->backend, alloc_stream);
+        b->extra_count = 0;
+        block_retire_locked(pool, b);
+        return;
+    }
+    others[b->extra_count] = alloc_stream;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i <= b->extra_count; i++)
+        if (others[i] != stream && !stream_listed(others, n, others[i]))
+            others[n++] = others[i];
+    b->extra_streams = others;
+    park_behind_events_locked(pool, b, others, n, false);
+}
+
+void pool_free_block_locked(gm_pool *pool, gm_block *b, gm_stream stream)
+{
+    live_shard *sh = shard_of(pool, b->addr);
+    spin_lock(&sh->lock);
+    bmap_erase(&sh->map, bmap_find(&sh->map, b->addr));
+    b->handle = 0;
+    spin_unlock(&sh->lock);
+    free_unmapped_block_locked(pool, b, stream);
+}
+
+void park_evicted_locked(gm_pool *pool, gm_block *b)
+{
+    park_behind_events_locked(pool, b, &b->tag, 1, true);
+}
