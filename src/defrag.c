@@ -165,14 +165,15 @@ static bool movable_candidate(const gm_pool *pool, const gm_arena *a, const gm_b
 
 /* Estimated stream time of moving block c: its copy (gm_config.defrag_copy_bandwidth, or the
  * H200 cost model), plus an event record and a stream wait before and after the copy for each
- * other stream that used it. */
+ * other stream that used it (the backend's estimates: backend_estimate_ns). */
 static uint64_t move_estimate_ns(const gm_pool *pool, const gm_block *c)
 {
     double bw = pool->cfg.defrag_copy_bandwidth;
+    const gm_backend *be = pool->backend;
     uint64_t copy = bw > 0.0 ? (uint64_t)((double)c->requested * 1e9 / bw)
-                             : cost_model_ns(GM_CALL_COPY, c->requested);
-    uint64_t order = 2 * (cost_model_ns(GM_CALL_EVENT_RECORD, 0) +
-                          cost_model_ns(GM_CALL_STREAM_WAIT, 0));
+                             : backend_estimate_ns(be, GM_CALL_COPY, c->requested);
+    uint64_t order = 2 * (backend_estimate_ns(be, GM_CALL_EVENT_RECORD, 0) +
+                          backend_estimate_ns(be, GM_CALL_STREAM_WAIT, 0));
     return copy + c->extra_count * order;
 }
 

@@ -1,8 +1,13 @@
 /*
- * Static names of statuses and config enums, and their reverse lookups.
+ * Statuses: their static names, the config enums' names and reverse lookups, and how a failure
+ * is reported (a pool's error text, this thread's copy for gm_last_error, the error callback
+ * after the lock is dropped). The bottom of the library: every layer reports through it, and
+ * it calls only the backend's error clock, and at GM_DEBUG 3 the check the pool installs.
  */
-#include "gpumem.h"
+#include "internal.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 const char *gm_status_str(gm_status status)
@@ -117,3 +122,124 @@ GM_DEFINE_PARSE(gm_release_parse, gm_release, release_names, GM_RELEASE_COUNT)
 GM_DEFINE_PARSE(gm_growth_parse, gm_growth, growth_names, GM_GROWTH_COUNT)
 GM_DEFINE_PARSE(gm_match_parse, gm_match, match_names, GM_MATCH_COUNT)
 GM_DEFINE_PARSE(gm_evict_parse, gm_evict, evict_names, GM_EVICT_COUNT)
+
+/* ---------------------------------------------------------------- reporting failures */
+
+static _Thread_local char tls_error[GM_ERROR_TEXT];
+static _Thread_local const gm_pool *tls_error_pool;
+static _Thread_local uint64_t tls_error_at; /* backend_error_tick when tls_error was written */
+
+/* Cold: gm_alloc and gm_free inlined the snprintf into their hot bodies. */
+GM_COLD gm_status fail_no_pool(gm_status st, const char *fn, const char *what)
+{
+    if (snprintf(tls_error, sizeof tls_error, "%s: %s", fn, what) < 0)
+        tls_error[0] = '\0';
+    tls_error_pool = NULL;
+    tls_error_at = backend_error_tick();
+    return st;
+}
+
+gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pool->error_text, sizeof pool->error_text, fmt, ap);
+    va_end(ap);
+    pool->error_fresh = true;
+    return st;
+}
+
+/* Drop the lock; on failure publish the message to this thread and the callback. Every public
+ * call that takes the lock ends here or validates itself (GM_DEBUG 3). */
+gm_status pool_unlock(gm_pool *pool, gm_status st)
+{
+    if (GM_DEBUG >= 3 && st != GM_ERR_CORRUPT) /* gm_pool_check reports corruption itself */
+        pool->debug_check(pool);
+    gm_error_fn fn = NULL;
+    void *user = NULL;
+    if (st != GM_OK) {
+        if (!pool->error_fresh) /* never an earlier call's message */
+            snprintf(pool->error_text, sizeof pool->error_text,
+                     "gpumem: %s (the failing step recorded no detail)", gm_status_str(st));
+        memcpy(tls_error, pool->error_text, sizeof tls_error);
+        tls_error_pool = pool;
+        tls_error_at = backend_error_tick();
+        fn = pool->error_fn;
+        user = pool->error_user;
+    }
+    pool->error_fresh = false;
+    gm_mutex_unlock(&pool->lock);
+    if (fn)
+        fn(user, st, tls_error);
+    return st;
+}
+
+const char *gm_last_error(gm_pool *pool)
+{
+    if (!pool && backend_error_newer(tls_error_at)) { /* e.g. a backend that did not open */
+        snprintf(tls_error, sizeof tls_error, "%s", gm_backend_last_error());
+        tls_error_pool = NULL;
+        tls_error_at = backend_error_tick();
+    }
+    if (!pool || tls_error_pool == pool)
+        return tls_error;
+    gm_mutex_lock(&pool->lock);
+    memcpy(tls_error, pool->error_text, sizeof tls_error);
+    gm_mutex_unlock(&pool->lock);
+    tls_error_pool = pool;
+    return tls_error;
+}
+
+gm_status gm_pool_set_error_callback(gm_pool *pool, gm_error_fn fn, void *user)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_set_error_callback", "pool is NULL");
+    gm_mutex_lock(&pool->lock);
+    pool->error_fn = fn;
+    pool->error_user = user;
+    return pool_unlock(pool, GM_OK);
+}
+
+gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn)
+{
+    for (size_t h = 0; h < pool->heap_count; h++)
+        for (int k = 0; k < ARENA_COUNT; k++)
+            for (gm_span *s = pool->heaps[h].arenas[k].spans; s; s = s->next) {
+                if (addr < s->base || addr - s->base >= s->size)
+                    continue;
+                for (gm_block *b = s->first; b; b = b->phys_next) {
+                    if (addr < b->addr || addr - b->addr >= b->size)
+                        continue;
+                    if (b->flags & (BLOCK_FREE | BLOCK_PENDING | BLOCK_CACHED | BLOCK_THREAD))
+                        return pool_fail_locked(pool, GM_ERR_DOUBLE_FREE,
+                                                "%s: %p is not live: it was already freed "
+                                                "(double free)", fn, (void *)addr);
+                    return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
+                                            "%s: %p is an interior pointer into the live block "
+                                            "%p of %zu bytes", fn, (void *)addr,
+                                            (void *)b->addr, b->requested);
+                }
+            }
+    return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
+                            "%s: %p is not memory of this pool (a foreign pointer, or a block "
+                            "whose segment was already given back to the device)", fn,
+                            (void *)addr);
+}
+
+void pool_format_bytes(char *buf, size_t len, size_t bytes)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    unsigned u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", v, units[u]);
+}
+
+void error_forget_pool(const gm_pool *pool)
+{
+    if (tls_error_pool == pool)
+        tls_error_pool = NULL;
+}

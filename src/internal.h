@@ -57,6 +57,8 @@ GM_COLD _Noreturn void gm_assert_fail(const char *file, int line, const char *ex
 /* A branch almost never taken (tracing on): laid out off the hot path. */
 #define GM_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+enum { GM_ERROR_TEXT = 1024 }; /* bytes of an error message, its terminator included */
+
 enum {
     ARENA_SMALL = 0,
     ARENA_LARGE = 1,
@@ -499,9 +501,12 @@ struct gm_pool {
     size_t export_count, export_cap;
     uint64_t export_serial;
 
+    /* GM_DEBUG 3: gm_pool_check after every public call (stats.c: debug_validate_locked),
+     * installed by the pool for pool_unlock (error.c). */
+    void (*debug_check)(gm_pool *pool);
     gm_error_fn error_fn;
     void *error_user;
-    char error_text[1024];
+    char error_text[GM_ERROR_TEXT];
     bool error_fresh; /* error_text was written by the call in progress (pool_fail_locked);
                          pool_unlock clears it, so no failure reports an older message */
 };
@@ -584,12 +589,23 @@ size_t arena_segment_size(const gm_pool *pool, const gm_arena *a, size_t granted
  * the release policy first. */
 gm_status grow_plain_locked(gm_pool *pool, gm_arena *a, size_t granted);
 
-/* --- pool.c --- */
+/* --- error.c: reporting failures --- */
+/* Record the message of a failure of the call in progress; returns st. */
 gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 gm_status pool_unlock(gm_pool *pool, gm_status st); /* unlock; publish a failure */
-void debug_validate_locked(gm_pool *pool); /* GM_DEBUG 3: gm_pool_check holds, or abort */
 gm_status fail_no_pool(gm_status st, const char *fn, const char *what);
+/* Explain why `addr` is not a live block of this pool (double free, interior, foreign). */
+gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn);
+/* "1.50 GiB" (binary units; whole bytes below 1 KiB) into buf: messages and gm_pool_summary. */
+void pool_format_bytes(char *buf, size_t len, size_t bytes);
+/* The pool is going away: this thread's message no longer names it. */
+void error_forget_pool(const gm_pool *pool);
+
+/* --- stats.c --- */
+void debug_validate_locked(gm_pool *pool); /* GM_DEBUG 3: gm_pool_check holds, or abort */
+
+/* --- pool.c, alloc.c: the front door --- */
 
 
 
@@ -611,12 +627,21 @@ gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32
  * path); finish the pending frees whose events completed. */
 void process_pending_locked(gm_pool *pool);
 void pool_free_block_locked(gm_pool *pool, gm_block *b, gm_stream stream);
+/* --- oom.c: the out-of-memory ladder, its message, draining the caches --- */
 /* Every cached block (the threads', the pool's) back to its strategy; pending frees whose
  * events completed finish. Never waits for the device. */
 void pool_evict_caches_locked(gm_pool *pool);
+/* Empty the threads' caches, the pool's cache and the pending list as far as the device allows:
+ * evict, wait for the streams that freed memory, finish pending frees, again. */
+void drain_locked(gm_pool *pool);
+/* gm_alloc's refusals of a request no memory could serve (size 0, a size or kind the
+ * configuration refuses, past the device or the reserve limit), with their messages. */
+GM_COLD gm_status alloc_refused_locked(gm_pool *pool, const gm_request *rq, gm_stream stream);
+/* The arena had no block for the request (st: why): the out-of-memory ladder, then the failure
+ * with its message. GM_OK with *out set if the ladder found a block. */
+GM_COLD gm_status alloc_missed_locked(gm_pool *pool, gm_arena *a, const gm_request *rq,
+                                      gm_stream stream, gm_status st, gm_block **out);
 
-/* Explain why `addr` is not a live block of this pool (double free, interior, foreign). */
-gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn);
 
 /* --- share.c: peer access and IPC exports (docs/multi-gpu.md) --- */
 /* Give every peer access to the VMM pages just mapped at [addr, addr + size). */
@@ -715,6 +740,12 @@ void vmm_mapping_bounds(const gm_arena *a, uintptr_t addr, size_t size, uintptr_
 size_t release_free_memory_locked(gm_pool *pool, size_t target, size_t max_segment);
 size_t releasable_bytes_locked(gm_pool *pool, size_t max_segment);
 size_t vmm_page_of(const gm_arena *a, uintptr_t addr);
+/* Free memory inside reserved memory: its total, largest range, and sizes by histogram bin. */
+typedef struct free_summary {
+    size_t total, largest;
+    uint64_t histogram[GM_HISTOGRAM_BINS];
+} free_summary;
+void free_summary_locked(gm_pool *pool, free_summary *out);
 
 /* --- config.c --- */
 /* Fill every default of `in` (NULL = all defaults) into *out and check the result, as
@@ -724,15 +755,7 @@ gm_status config_resolve(const gm_backend *be, const gm_config *in, gm_config *o
                          size_t why_len);
 
 /* --- stats.c --- */
-typedef struct free_summary {
-    size_t total, largest;
-    uint64_t histogram[GM_HISTOGRAM_BINS];
-} free_summary;
-void free_summary_locked(gm_pool *pool, free_summary *out);
-/* "1.50 GiB" (binary units; whole bytes below 1 KiB) into buf: messages and gm_pool_summary. */
-void pool_format_bytes(char *buf, size_t len, size_t bytes);
 gm_status pool_check_locked(gm_pool *pool);
-unsigned histogram_bin(size_t size);
 
 /* --- small helpers --- */
 static inline size_t round_up(size_t v, size_t to) /* `to` a power of two; no overflow check */

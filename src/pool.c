@@ -1,29 +1,22 @@
 /*
- * The pool: gpumem's front door (DESIGN.md §2; the flow in full: docs/cache.md).
- *
- * gm_alloc:  route and round (once, no lock) -> this thread's cache (tcache.c, no pool lock)
- *            -> the pool's cache (cache.c) -> the stream's heap -> arena -> strategy fit ->
- *            (miss) evict the arena's cached blocks, then the threads' -> grow the arena ->
- *            (device or cap full) the out-of-memory ladder -> GM_ERR_OUT_OF_MEMORY with the full
- *            message.
- * gm_free:   this thread's cache if only its stream used the block (no pool lock); else the
- *            sharded live map -> pending behind events while other streams may still use it ->
- *            the pool's cache, tagged with the freeing stream -> evicted to its strategy.
+ * The pool: its life (gm_pool_create, gm_pool_destroy), and the calls on the whole pool that are
+ * not allocations (gm_trim, the reserve limit, the peaks, the resolved configuration). The top
+ * of the library's layers (docs/architecture.md, "Layers and files"): each file calls only the
+ * files below it; where a lower layer must reach up, it calls a hook the pool installs here at
+ * creation (gm_cache.park, gm_pool.seg_hooks, gm_pool.debug_check; defrag.c installs its own).
+ * gm_alloc and gm_free are in alloc.c, the out-of-memory ladder in oom.c.
  *
  * Streams (DESIGN.md §3). A freed block goes to later work on its stream at once and to another
  * stream only after an event on its stream has completed (or with that stream made to wait).
  * Memory on a strategy's free lists belongs to the heap of one stream and goes only to it.
  *
  * One mutex (gm_mutex, internal.h) guards a pool; every function named *_locked runs under it.
- * The fast path takes only one live-map shard's spin lock (lock order: pool, then shard); the
- * locked path takes one too while another thread may be on the fast path
- * (live_map_shared_locked). Errors leave the pool as it was, record their message, and reach
- * the error callback after the lock is dropped.
  *
  * Bounds: alloc and free are O(1) when served from reserved memory (caches, TLSF, hash map);
  * growth and release make device calls; VMM work is O(pages covered by the block).
  */
 #include "internal.h"
+#include "arena.h"
 #include "release.h"
 #include "retire.h"
 #include "strategy.h"
@@ -36,108 +29,12 @@
 
 static const size_t MIB = (size_t)1 << 20;
 
-static _Thread_local char tls_error[1024];
-static _Thread_local const gm_pool *tls_error_pool;
-static _Thread_local uint64_t tls_error_at; /* backend_error_tick when tls_error was written */
-
-/* ---------------------------------------------------------------- errors */
-
-/* Cold: gm_alloc and gm_free inlined the snprintf into their hot bodies. */
-GM_COLD gm_status fail_no_pool(gm_status st, const char *fn, const char *what)
-{
-    if (snprintf(tls_error, sizeof tls_error, "%s: %s", fn, what) < 0)
-        tls_error[0] = '\0';
-    tls_error_pool = NULL;
-    tls_error_at = backend_error_tick();
-    return st;
-}
-
-gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(pool->error_text, sizeof pool->error_text, fmt, ap);
-    va_end(ap);
-    pool->error_fresh = true;
-    return st;
-}
-
-/* GM_DEBUG 3: a full validation (the world stopped meanwhile), after every public call. */
-void debug_validate_locked(gm_pool *pool)
-{
-    bool faults = gm_host_fault_pause(); /* a test's injected host failures are not for it */
-    tcache_stop_world_locked(pool);
-    /* As gm_pool_check, the lock-free path's lazy peaks are brought up to date first, but only
-     * for the check: a debug level must not change what the stats report. */
-    size_t peak_live = pool->peak_live, peak_allocated = pool->peak_allocated;
-    pool_update_peaks_locked(pool);
-    gm_status st = pool_check_locked(pool);
-    pool->peak_live = peak_live;
-    pool->peak_allocated = peak_allocated;
-    tcache_start_world_locked(pool);
-    gm_host_fault_resume(faults);
-    if (st != GM_OK)
-        fprintf(stderr, "gpumem: gm_pool_check failed: %s\n", pool->error_text);
-    GM_ASSERT(st == GM_OK);
-}
-
 /* GM_DEBUG 3 after a call served without the pool lock (the thread caches). */
 static GM_COLD void debug_validate(gm_pool *pool)
 {
     gm_mutex_lock(&pool->lock);
     debug_validate_locked(pool);
     gm_mutex_unlock(&pool->lock);
-}
-
-/* Drop the lock; on failure publish the message to this thread and the callback. Every public
- * call that takes the lock ends here or validates itself (GM_DEBUG 3). */
-gm_status pool_unlock(gm_pool *pool, gm_status st)
-{
-    if (GM_DEBUG >= 3 && st != GM_ERR_CORRUPT) /* gm_pool_check reports corruption itself */
-        debug_validate_locked(pool);
-    gm_error_fn fn = NULL;
-    void *user = NULL;
-    if (st != GM_OK) {
-        if (!pool->error_fresh) /* never an earlier call's message */
-            snprintf(pool->error_text, sizeof pool->error_text,
-                     "gpumem: %s (the failing step recorded no detail)", gm_status_str(st));
-        memcpy(tls_error, pool->error_text, sizeof tls_error);
-        tls_error_pool = pool;
-        tls_error_at = backend_error_tick();
-        fn = pool->error_fn;
-        user = pool->error_user;
-    }
-    pool->error_fresh = false;
-    gm_mutex_unlock(&pool->lock);
-    if (fn)
-        fn(user, st, tls_error);
-    return st;
-}
-
-const char *gm_last_error(gm_pool *pool)
-{
-    if (!pool && backend_error_newer(tls_error_at)) { /* e.g. a backend that did not open */
-        snprintf(tls_error, sizeof tls_error, "%s", gm_backend_last_error());
-        tls_error_pool = NULL;
-        tls_error_at = backend_error_tick();
-    }
-    if (!pool || tls_error_pool == pool)
-        return tls_error;
-    gm_mutex_lock(&pool->lock);
-    memcpy(tls_error, pool->error_text, sizeof tls_error);
-    gm_mutex_unlock(&pool->lock);
-    tls_error_pool = pool;
-    return tls_error;
-}
-
-gm_status gm_pool_set_error_callback(gm_pool *pool, gm_error_fn fn, void *user)
-{
-    if (!pool)
-        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_set_error_callback", "pool is NULL");
-    gm_mutex_lock(&pool->lock);
-    pool->error_fn = fn;
-    pool->error_user = user;
-    return pool_unlock(pool, GM_OK);
 }
 
 
@@ -170,169 +67,9 @@ gm_status gm_pool_config(gm_pool *pool, gm_config *out)
 
 /* ---------------------------------------------------------------- heaps */
 
-/* A new heap for `stream`; NULL if host memory is exhausted. */
-static GM_COLD gm_heap *heap_add_locked(gm_pool *pool, gm_stream stream)
-{
-    if (pool->heap_count == pool->heap_cap) {
-        /* Arenas point back at their heap and spans at their arena: re-point them. */
-        size_t cap = pool->heap_cap ? pool->heap_cap * 2 : 4;
-        gm_heap *heaps = gm_host_calloc(cap, sizeof *heaps);
-        if (!heaps)
-            return NULL;
-        if (pool->heap_count)
-            memcpy(heaps, pool->heaps, pool->heap_count * sizeof *heaps);
-        for (size_t i = 0; i < pool->heap_count; i++)
-            for (int k = 0; k < ARENA_COUNT; k++) {
-                gm_arena *a = &heaps[i].arenas[k];
-                a->heap = &heaps[i];
-                for (gm_span *s = a->spans; s; s = s->next)
-                    s->arena = a;
-            }
-        free(pool->heaps);
-        pool->heaps = heaps;
-        pool->heap_cap = cap;
-    }
-    gm_heap *h = &pool->heaps[pool->heap_count++];
-    memset(h, 0, sizeof *h);
-    h->stream = stream;
-    for (int k = 0; k < ARENA_COUNT; k++) {
-        gm_arena *a = &h->arenas[k];
-        a->heap = h;
-        a->kind = k;
-        a->idle_head = PAGE_NONE;
-        a->ops = strategy_of(pool->cfg.strategy, k);
-        if (a->ops->init(&pool->strat, a) != GM_OK) {
-            while (k--)
-                h->arenas[k].ops->fini(&pool->strat, &h->arenas[k]);
-            pool->heap_count--;
-            return NULL;
-        }
-    }
-    return h;
-}
-
-/* The heap of `stream`, created on first use; NULL if host memory is exhausted. A pointer walk
- * with a count down: no index to scale and no end to compute (a heap per stream that allocated:
- * usually one or two; heaps is NULL before the first, and is then not stepped). */
-static inline gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream)
-{
-    gm_heap *h = pool->heaps;
-    for (size_t n = pool->heap_count; n; n--, h++)
-        if (h->stream == stream)
-            return h;
-    return heap_add_locked(pool, stream);
-}
-
 /* ---------------------------------------------------------------- growth */
 
-/* This arena's cached blocks (the pool's, then the threads') coalesce before it grows; other
- * arenas' cached blocks could not help here, so they stay. NULL if that gave no block. */
-static gm_block *arena_take_evicting_locked(gm_pool *pool, gm_arena *a, size_t granted)
-{
-    gm_block *b = NULL;
-    while (!b && (cache_evict_arena_locked(pool, a) || tcache_reclaim_locked(pool)))
-        b = a->ops->take(&pool->strat, a, granted);
-    return b;
-}
-
-/* arena_alloc_locked of a plain arena whose strategy had no block: evict, then grow. */
-static __attribute__((noinline)) gm_status arena_alloc_plain_miss_locked(gm_pool *pool,
-                                                                         gm_arena *a,
-                                                                         size_t granted,
-                                                                         gm_block **out)
-{
-    gm_block *b = arena_take_evicting_locked(pool, a, granted);
-    if (!b) {
-        gm_status st = grow_plain_locked(pool, a, granted);
-        if (st != GM_OK)
-            return st;
-        b = a->ops->take(&pool->strat, a, granted);
-        if (!b)
-            return GM_ERR_OUT_OF_MEMORY;
-    }
-    flags_set(b, 0);
-    b->span->live_blocks++;
-    *out = b;
-    return GM_OK;
-}
-
-/* arena_alloc_locked of a VMM arena: its range reserved at first use, pages mapped for the
- * block. */
-static __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_arena *a,
-                                                                  size_t granted, gm_block **out)
-{
-    if (!a->spans) {
-        gm_status st = span_create_vmm_locked(pool, a);
-        if (st != GM_OK)
-            return st;
-    }
-    gm_block *b = a->ops->take(&pool->strat, a, granted);
-    if (!b)
-        b = arena_take_evicting_locked(pool, a, granted);
-    if (!b) { /* no free run of addresses: stitch free pages into a new range */
-        gm_status st = vmm_stitch_locked(pool, a, granted);
-        if (st != GM_OK)
-            return st;
-        b = a->ops->take(&pool->strat, a, granted);
-        if (!b) /* the virtual ranges are exhausted */
-            return GM_ERR_OUT_OF_MEMORY;
-    }
-    flags_set(b, 0);
-    b->span->live_blocks++;
-    gm_status st = pages_acquire_locked(pool, a, b->addr, b->size);
-    if (st != GM_OK) {
-        block_refile_locked(pool, b);
-        return st;
-    }
-    *out = b;
-    return GM_OK;
-}
-
-/* Find a block for `granted` bytes in arena a, growing the arena if needed. Inline, the first
- * fit of a plain arena only: evicting, growing and VMM pages are out of line, so that the
- * common case saves no registers for them. */
-static GM_INLINE gm_status arena_alloc_locked(gm_pool *pool, gm_arena *a, size_t granted,
-                                              gm_block **out)
-{
-    if (pool->cfg.segments == GM_SEGMENTS_VMM)
-        return arena_alloc_vmm_locked(pool, a, granted, out);
-    gm_block *b = a->ops->take(&pool->strat, a, granted);
-    if (!b)
-        return arena_alloc_plain_miss_locked(pool, a, granted, out);
-    flags_set(b, 0);
-    b->span->live_blocks++;
-    *out = b;
-    return GM_OK;
-}
-
 /* ---------------------------------------------------------------- events and pending frees */
-
-void pool_evict_caches_locked(gm_pool *pool)
-{
-    /* Pending frees first: those whose events completed retire into the cache, which is evicted
-     * next (evicting a block another stream used parks it behind an event: once more). */
-    if (pool->pending)
-        process_pending_locked(pool);
-    (void)tcache_reclaim_locked(pool);
-    cache_evict_all_locked(pool);
-    if (pool->pending)
-        process_pending_locked(pool);
-}
-
-/* Empty the threads' caches, the pool's cache and the pending list as far as the device allows:
- * evict, wait for the streams that freed memory, finish pending frees (which may refill the
- * cache), again. */
-static void drain_locked(gm_pool *pool)
-{
-    (void)tcache_reclaim_locked(pool);
-    for (int round = 0; round < 3; round++) {
-        cache_evict_all_locked(pool);
-        sync_streams_locked(pool);
-        if (!pool->pending)
-            break;
-        process_pending_locked(pool);
-    }
-}
 
 /* ---------------------------------------------------------------- public: create/destroy */
 
@@ -353,7 +90,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
         memset(pool, 0, sizeof *pool);
     if (!pool)
         return fail_no_pool(GM_ERR_HOST_MEMORY, "gm_pool_create", "host memory exhausted");
-    char why[sizeof tls_error];
+    char why[GM_ERROR_TEXT];
     gm_status st = config_resolve(backend, cfg, &pool->cfg, why, sizeof why);
     if (st != GM_OK) {
         free(pool);
@@ -361,6 +98,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     }
     pool->backend = backend;
     pool->strat.cfg = &pool->cfg;
+    pool->debug_check = debug_validate_locked; /* pool_unlock's check at GM_DEBUG 3 */
     pool->granularity = backend->caps.vmm_granularity ? backend->caps.vmm_granularity : 2 * MIB;
     pool->limit = effective_limit(&pool->cfg, backend->caps.capacity);
     pool->error_fn = pool->cfg.error_callback;
@@ -385,17 +123,9 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     atomic_init(&pool->lock.state, 0);
     defrag_init(pool);
     pool->tlsf_only = strategy_tlsf_only(pool->cfg.strategy);
-    for (int k = 0; k < ARENA_COUNT; k++) { /* arenas that only answer grant() */
-        gm_arena *ga = &pool->grant_arenas[k];
-        ga->kind = k;
-        ga->idle_head = PAGE_NONE;
-        ga->ops = strategy_of(pool->cfg.strategy, k);
-        if (ga->ops->init(&pool->strat, ga) != GM_OK) {
-            while (k--)
-                pool->grant_arenas[k].ops->fini(&pool->strat, &pool->grant_arenas[k]);
-            free(pool);
-            return fail_no_pool(GM_ERR_HOST_MEMORY, "gm_pool_create", "host memory exhausted");
-        }
+    if (!arenas_init(pool, pool->grant_arenas, NULL)) { /* arenas that only answer grant() */
+        free(pool);
+        return fail_no_pool(GM_ERR_HOST_MEMORY, "gm_pool_create", "host memory exhausted");
     }
 
     size_t initial = pool->cfg.initial_reserve_bytes;
@@ -505,8 +235,7 @@ static uint64_t pool_teardown(gm_pool *pool)
     free(pool->unreleased);
     free(pool->synced_streams);
     defrag_fini(pool);
-    if (tls_error_pool == pool)
-        tls_error_pool = NULL;
+    error_forget_pool(pool);
     free(pool);
     return lost;
 }
@@ -545,419 +274,6 @@ gm_status gm_pool_destroy_force(gm_pool *pool)
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_destroy_force", "pool is NULL");
     return teardown_status(pool_teardown(pool), "gm_pool_destroy_force");
-}
-
-/* ---------------------------------------------------------------- public: alloc/free */
-
-void pool_format_bytes(char *buf, size_t len, size_t bytes)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)bytes;
-    unsigned u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", v, units[u]);
-}
-
-static GM_COLD gm_status fail_oom_locked(gm_pool *pool, size_t size, gm_stream stream,
-                                         const char *cause)
-{
-    free_summary fs;
-    free_summary_locked(pool, &fs);
-    double rate = fs.total ? 1.0 - (double)fs.largest / (double)fs.total : 0.0;
-    char req[32], res[32], live[32], alloc[32], largest[32], total[32], lim[32];
-    pool_format_bytes(req, sizeof req, size);
-    pool_format_bytes(res, sizeof res, pool->reserved_bytes);
-    pool_totals t;
-    pool_totals_locked(pool, &t);
-    pool_format_bytes(live, sizeof live, t.live_bytes);
-    pool_format_bytes(alloc, sizeof alloc, t.allocated_bytes);
-    pool_format_bytes(largest, sizeof largest, fs.largest);
-    pool_format_bytes(total, sizeof total, fs.total);
-    if (pool->limit == SIZE_MAX)
-        snprintf(lim, sizeof lim, "none");
-    else
-        pool_format_bytes(lim, sizeof lim, pool->limit);
-    pool->oom_count++;
-    return pool_fail_locked(
-        pool, GM_ERR_OUT_OF_MEMORY,
-        "out of memory: cannot allocate %s (%zu bytes) on stream 0x%" PRIxPTR ": %s. "
-        "Reserved %s, live %s (allocated %s); free inside reserved memory %s, largest free "
-        "block %s, fragmentation rate %.1f%%; reserve limit %s, device capacity %zu bytes",
-        req, size, (uintptr_t)stream, cause, res, live, alloc, total, largest, rate * 100.0, lim,
-        pool->backend->caps.capacity);
-}
-
-/* The out-of-memory ladder (DESIGN.md §2, issue 5): each step frees what it can and the
- * allocation is retried. 1 evict the cache; 2 wait for pending frees and release wholly free
- * segments and idle pages; 3 defragment (the hook the defragmentation layer fills); 4 the
- * program's callback, with the lock dropped, at most GM_OOM_RETRIES times; 5 fail.
- * While the lock is dropped the program may allocate on a new stream, which moves the heaps
- * (heap_add_locked): *ap is found again by its heap's index afterwards (heaps are never
- * removed while the pool lives), and the caller must use *ap, not a copy taken before. */
-static GM_COLD gm_status oom_ladder_locked(gm_pool *pool, gm_arena **ap, size_t size,
-                                           size_t granted, gm_stream stream, gm_block **out)
-{
-    gm_arena *a = *ap;
-    const size_t heap = (size_t)(a->heap - pool->heaps);
-    const int kind = a->kind;
-    gm_status st = GM_ERR_OUT_OF_MEMORY;
-    pool->oom_ladder[0]++;
-    bool evicted = tcache_reclaim_locked(pool);
-    if ((cache_evict_all_locked(pool) || evicted) &&
-        (st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
-        return st;
-    pool->oom_ladder[1]++;
-    drain_locked(pool);
-    release_free_memory_locked(pool, 0, SIZE_MAX);
-    if ((st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
-        return st;
-    pool->oom_ladder[2]++;
-    if (pool->defrag_hook && pool->defrag_hook(pool, a, granted) &&
-        (st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
-        return st;
-    pool->oom_ladder[3]++;
-    for (int retry = 0; retry < GM_OOM_RETRIES && pool->cfg.oom_callback; retry++) {
-        gm_oom_fn fn = pool->cfg.oom_callback;
-        void *user = pool->cfg.oom_user;
-        gm_mutex_unlock(&pool->lock);
-        int again = fn(user, pool, size, stream);
-        gm_mutex_lock(&pool->lock);
-        a = *ap = &pool->heaps[heap].arenas[kind];
-        if (!again)
-            break;
-        drain_locked(pool); /* what the program freed, back to the device */
-        release_free_memory_locked(pool, 0, SIZE_MAX);
-        if ((st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
-            return st;
-    }
-    pool->oom_ladder[4]++;
-    return GM_ERR_OUT_OF_MEMORY;
-}
-
-/* Route and grant `size` (no lock needed: the configuration never changes). */
-static inline void pool_request(const gm_pool *pool, size_t size, gm_request *rq)
-{
-    rq->size = size;
-    if (pool->tlsf_only) { /* strategy_route and tlsf's grant, inline (strategy.h) */
-        rq->kind = size <= pool->cfg.small_request_max ? ARENA_SMALL : ARENA_LARGE;
-        rq->granted = config_round_size(&pool->cfg, size); /* 0 for size 0, as the locked path needs */
-        return;
-    }
-    rq->why = "the configuration refuses this size";
-    rq->kind = strategy_route(&pool->cfg, size, &rq->why);
-    rq->granted = 0;
-    if (size && rq->kind >= 0) { /* size 0 is refused under the lock */
-        const gm_arena *ga = &pool->grant_arenas[rq->kind];
-        rq->granted = ga->ops->grant(&pool->strat, ga, size);
-    }
-}
-
-/* alloc_request_locked's refusals, in their order: size 0; a kind or a size the configuration
- * refuses (the stream's heap is made first, as for any request); a size past the device or the
- * reserve limit. Pending frees are processed first, as for any request. */
-static GM_COLD gm_status alloc_refused_locked(gm_pool *pool, const gm_request *rq,
-                                              gm_stream stream)
-{
-    size_t size = rq->size;
-    if (size == 0)
-        return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
-                                "gm_alloc: size 0 is not a valid request");
-    if (pool->pending)
-        process_pending_locked(pool);
-    if (!heap_of_locked(pool, stream))
-        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (heap)");
-    if (rq->kind < 0)
-        return fail_oom_locked(pool, size, stream, rq->why);
-    size_t granted = rq->granted;
-    return fail_oom_locked(pool, size, stream,
-                           granted && granted <= pool->backend->caps.capacity
-                               ? "the request exceeds the reserve limit"
-                               : "the request exceeds device capacity");
-}
-
-/* Whether the least growth that could serve `granted` in arena a passes the reserve limit: then
- * the limit refused the request, not the device (a 256-byte request under reserve_limit=1M
- * needs a 2 MiB segment or page). */
-static GM_COLD bool growth_over_limit_locked(const gm_pool *pool, const gm_arena *a,
-                                             size_t granted)
-{
-    size_t need = pool->granularity; /* VMM: at least one page */
-    if (pool->cfg.segments != GM_SEGMENTS_VMM) {
-        size_t seg = arena_segment_size(pool, a, granted);
-        size_t exact = round_up(granted, pool->cfg.segment_rounding);
-        need = seg < exact ? seg : exact; /* grow_plain_locked falls back to the exact size */
-    }
-    if (need < granted)
-        need = granted;
-    return need > pool->limit || pool->reserved_bytes > pool->limit - need;
-}
-
-/* The arena had no block for the request: the out-of-memory ladder, then the failure with its
- * message. GM_OK with *out set if the ladder found a block. */
-static GM_COLD gm_status alloc_missed_locked(gm_pool *pool, gm_arena *a, const gm_request *rq,
-                                             gm_stream stream, gm_status st, gm_block **out)
-{
-    size_t size = rq->size, granted = rq->granted;
-    if (st == GM_ERR_OUT_OF_MEMORY)
-        st = oom_ladder_locked(pool, &a, size, granted, stream, out);
-    if (st == GM_ERR_OUT_OF_MEMORY)
-        return fail_oom_locked(pool, size, stream,
-                               growth_over_limit_locked(pool, a, granted)
-                                   ? "the reserve limit is reached"
-                                   : "the device is full");
-    if (st == GM_OK)
-        pool->error_fresh = false; /* what a step of the ladder recorded is not this call's */
-    else if (st == GM_ERR_HOST_MEMORY && !pool->error_fresh)
-        pool_fail_locked(pool, st, "gm_alloc: host memory exhausted");
-    else if (st != GM_ERR_HOST_MEMORY && (!pool->error_fresh || st == GM_ERR_BACKEND))
-        pool_fail_locked(pool, st, "gm_alloc: device call failed: %s", gm_backend_last_error());
-    return st;
-}
-
-/* The live map could not file b (host memory): it goes back, and the request fails. */
-static GM_COLD gm_status alloc_unfiled_locked(gm_pool *pool, gm_block *b)
-{
-    block_release_locked(pool, b);
-    return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (map)");
-}
-
-/* The locked allocation of request rq (pool_alloc_locked's contract). Inline in gm_alloc, so
- * that the locked path has one prologue, not two; every refusal, the out-of-memory ladder and a
- * live-map failure are out of line, so that the common case saves no registers for them. */
-static GM_INLINE gm_status alloc_request_locked(gm_pool *pool, const gm_request *rq,
-                                                gm_stream stream, uint32_t handle,
-                                                gm_block **out)
-{
-    size_t size = rq->size, granted = rq->granted;
-    /* granted is 0 for size 0 and for a kind the configuration refuses: with the device and the
-     * limit, two comparisons rule out every refusal. */
-    if (granted - 1 >= pool->backend->caps.capacity || granted > pool->limit)
-        return alloc_refused_locked(pool, rq, stream);
-    if (pool->pending)
-        process_pending_locked(pool);
-    gm_heap *h = heap_of_locked(pool, stream);
-    if (!h)
-        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (heap)");
-    gm_arena *a = &h->arenas[rq->kind];
-    GM_ASSERT2(granted == a->ops->grant(&pool->strat, a, size));
-    gm_block *taken = cache_take_locked(pool, granted, stream);
-    if (!taken) {
-        gm_status st = arena_alloc_locked(pool, a, granted, &taken);
-        if (st != GM_OK && (st = alloc_missed_locked(pool, a, rq, stream, st, &taken)) != GM_OK)
-            return st;
-    }
-    /* A copy that does not escape: the compiler keeps it in a register across the shard lock. */
-    gm_block *b = taken;
-    size_t block_size = b->size;
-    GM_ASSERT2(block_sane(b) && block_size >= size && b->span->live_blocks > 0);
-    flags_set(b, 0);
-    b->handle = handle;
-    b->tag = stream;
-    b->requested = size;
-    live_shard *sh = shard_of(pool, b->addr);
-    bool shared = live_map_shared_locked(pool);
-    if (shared)
-        spin_lock(&sh->lock);
-    bool filed = bmap_insert(&sh->map, b);
-    if (shared)
-        spin_unlock(&sh->lock);
-    if (!filed)
-        return alloc_unfiled_locked(pool, b);
-    note_live(pool, size, block_size, true);
-    pool->alloc_count++;
-    *out = b;
-    return GM_OK;
-}
-
-gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32_t handle,
-                            gm_block **out)
-{
-    gm_request rq;
-    pool_request(pool, size, &rq);
-    return alloc_request_locked(pool, &rq, stream, handle, out);
-}
-
-/* ---------------------------------------------------------------- waking the thread caches */
-
-/* Thread caches start dormant (gm_config.thread_cache_eager off): on one thread whose
- * allocations seldom get back a block it just freed, a thread cache's misses cost more than its
- * hits save (docs/cache.md: allocator instructions per op on the shared traces 255 / 324 / 272
- * with them, 225 / 284 / 256 without, the same memory). The locked path wakes them on what they
- * are for: another thread waiting for the pool lock, or a run of allocations that get the block
- * freed just before (alloc/free pairs), at least TC_WAKE_REUSES of TC_WAKE_WINDOW in a row. */
-enum { TC_WAKE_WINDOW = 256, TC_WAKE_REUSES = 128 };
-
-/* The pool lock on the allocation paths: a wait for it wakes the thread caches. */
-static GM_INLINE void pool_lock_hot(gm_pool *pool)
-{
-    if (gm_mutex_lock_waited(&pool->lock) && pool->tc_watch)
-        tcache_engage_locked(pool);
-}
-
-static GM_COLD void watch_window_end_locked(gm_pool *pool)
-{
-    if (pool->tc_reuses >= TC_WAKE_REUSES)
-        tcache_engage_locked(pool);
-    pool->tc_watched = pool->tc_reuses = 0;
-}
-
-/* A locked allocation at addr while the thread caches sleep. */
-static GM_INLINE void watch_alloc_locked(gm_pool *pool, uintptr_t addr)
-{
-    pool->tc_reuses += addr == pool->tc_last_freed;
-    if (++pool->tc_watched == TC_WAKE_WINDOW)
-        watch_window_end_locked(pool);
-}
-
-gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
-{
-    if (!pool || !out)
-        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_alloc", "pool or out is NULL");
-    gm_request rq;
-    pool_request(pool, size, &rq);
-    if (atomic_load_explicit(&pool->tc_live, memory_order_relaxed) && size &&
-        tcache_alloc(pool, &rq, stream, out)) {
-        if (GM_DEBUG >= 3)
-            debug_validate(pool);
-        return GM_OK; /* never traced: a traced pool has no thread caches */
-    }
-    pool_lock_hot(pool);
-    gm_block *b = NULL;
-    gm_status st = alloc_request_locked(pool, &rq, stream, 0, &b);
-    if (st != GM_OK) {
-        st = pool_unlock(pool, st);
-        if (GM_UNLIKELY(pool->trace) && st == GM_ERR_OUT_OF_MEMORY)
-            tracing_alloc_failed(pool->trace, size, stream);
-        return st;
-    }
-    if (GM_DEBUG >= 3)
-        debug_validate_locked(pool);
-    void *addr = (void *)b->addr; /* read before the unlock's atomic: no reload after it */
-    if (pool->tc_watch)
-        watch_alloc_locked(pool, b->addr);
-    if (GM_UNLIKELY(pool->trace)) /* under the lock: the trace keeps the pool's order */
-        tracing_alloc(pool->trace, addr, size, stream);
-    gm_mutex_unlock(&pool->lock);
-    *out = addr;
-    return GM_OK;
-}
-
-gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn)
-{
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++)
-            for (gm_span *s = pool->heaps[h].arenas[k].spans; s; s = s->next) {
-                if (addr < s->base || addr - s->base >= s->size)
-                    continue;
-                for (gm_block *b = s->first; b; b = b->phys_next) {
-                    if (addr < b->addr || addr - b->addr >= b->size)
-                        continue;
-                    if (b->flags & (BLOCK_FREE | BLOCK_PENDING | BLOCK_CACHED | BLOCK_THREAD))
-                        return pool_fail_locked(pool, GM_ERR_DOUBLE_FREE,
-                                                "%s: %p is not live: it was already freed "
-                                                "(double free)", fn, (void *)addr);
-                    return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
-                                            "%s: %p is an interior pointer into the live block "
-                                            "%p of %zu bytes", fn, (void *)addr,
-                                            (void *)b->addr, b->requested);
-                }
-            }
-    return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
-                            "%s: %p is not memory of this pool (a foreign pointer, or a block "
-                            "whose segment was already given back to the device)", fn,
-                            (void *)addr);
-}
-
-/* gm_free of NULL: the pool records the error like any other. */
-static GM_COLD gm_status free_null(gm_pool *pool)
-{
-    gm_mutex_lock(&pool->lock);
-    return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
-                                              "gm_free: NULL is not a block"));
-}
-
-/* gm_free of a pointer that is not a plain live block (b: its live block, or NULL). */
-static GM_COLD gm_status free_refused_locked(gm_pool *pool, gm_block *b, void *ptr,
-                                             gm_stream stream)
-{
-    if (!b)
-        return pool_diagnose_pointer_locked(pool, (uintptr_t)ptr, "gm_free");
-    if (b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) /* deferred until its exports are released */
-        return share_free_exported_locked(pool, b, stream);
-    return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
-                            "gm_free: %p is a movable block: free it with gm_free_handle", ptr);
-}
-
-gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
-{
-    if (!pool)
-        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_free", "pool is NULL");
-    if (!ptr)
-        return free_null(pool);
-    uintptr_t addr = (uintptr_t)ptr;
-    if (atomic_load_explicit(&pool->tc_live, memory_order_relaxed) &&
-        tcache_free(pool, addr, stream)) {
-        if (GM_DEBUG >= 3)
-            debug_validate(pool);
-        return GM_OK;
-    }
-    pool_lock_hot(pool);
-    live_shard *sh = shard_of(pool, addr);
-    bool shared = live_map_shared_locked(pool);
-    if (shared)
-        spin_lock(&sh->lock);
-    size_t j;
-    gm_block *b = bmap_find_block(&sh->map, addr, &j);
-    bool plain = b && !(b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) && !b->handle;
-    if (plain) /* out of the live map under the same lock: one lookup */
-        bmap_erase(&sh->map, j);
-    if (shared)
-        spin_unlock(&sh->lock);
-    /* Traced: a gm_alloc block's first free (an exported one's too: gm_free accepts it and
-     * holds the block), under the lock, before the block can be reused. Refused frees and
-     * movable blocks (never traced) are not written. */
-    if (GM_UNLIKELY(pool->trace) && b && !b->handle && !(b->flags & BLOCK_HELD))
-        tracing_free(pool->trace, ptr, b->requested, stream);
-    if (!plain)
-        return pool_unlock(pool, free_refused_locked(pool, b, ptr, stream));
-    GM_ASSERT2(block_sane(b) && b->flags == 0);
-    free_unmapped_block_locked(pool, b, stream);
-    if (GM_DEBUG >= 3)
-        debug_validate_locked(pool);
-    pool->tc_last_freed = addr; /* for watch_alloc_locked; harmless once the caches are awake */
-    gm_mutex_unlock(&pool->lock);
-    return GM_OK;
-}
-
-gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream)
-{
-    if (!pool)
-        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_record_stream", "pool is NULL");
-    gm_mutex_lock(&pool->lock);
-    live_shard *sh = shard_of(pool, (uintptr_t)ptr);
-    spin_lock(&sh->lock); /* the lock-free free path reads extra_count under it */
-    gm_block *b = bmap_lookup(&sh->map, (uintptr_t)ptr);
-    gm_status st = GM_OK;
-    if (b && stream != b->tag && !stream_listed(b->extra_streams, b->extra_count, stream)) {
-        gm_stream *v = gm_host_realloc(b->extra_streams, (b->extra_count + 1u) * sizeof *v);
-        if (v) {
-            v[b->extra_count++] = stream;
-            b->extra_streams = v;
-        } else {
-            st = GM_ERR_HOST_MEMORY;
-        }
-    }
-    spin_unlock(&sh->lock);
-    if (!b)
-        return pool_unlock(pool, pool_diagnose_pointer_locked(pool, (uintptr_t)ptr,
-                                                              "gm_record_stream"));
-    if (st != GM_OK)
-        return pool_unlock(pool, pool_fail_locked(pool, st,
-                                                  "gm_record_stream: host memory exhausted"));
-    return pool_unlock(pool, GM_OK);
 }
 
 gm_status gm_trim(gm_pool *pool, size_t keep_bytes)

@@ -1,13 +1,10 @@
 /*
  * Statistics, the JSON snapshot, and gm_pool_check (DESIGN.md §6).
  *
- * Counters (live, allocated, reserved, calls) are kept incrementally by the pool. The
- * fragmentation figures are computed here by walking every block, because "free" depends on
- * the segment kind:
- *   plain: a free range is a free block;
- *   VMM:   a free range is a maximal run of mapped bytes inside a free block (unmapped virtual
- *          space is not memory the pool holds).
- * Hence total_free == reserved - allocated - pending bytes, an identity gm_pool_check verifies.
+ * Counters (live, allocated, reserved, calls) are kept incrementally (counters.c). The
+ * fragmentation figures are computed on demand by walking every block (segment.c:
+ * free_summary_locked): total_free == reserved - allocated - pending bytes, an identity
+ * gm_pool_check verifies.
  *
  * Bounds: stats, snapshot and check are O(blocks + mapped pages).
  */
@@ -19,68 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-unsigned histogram_bin(size_t size)
-{
-    if (size < 1024)
-        return 0;
-    unsigned bin = floor_log2(size) - 9;
-    return bin < GM_HISTOGRAM_BINS ? bin : GM_HISTOGRAM_BINS - 1;
-}
-
-static void add_free_run(free_summary *fs, size_t len)
-{
-    if (!len)
-        return;
-    fs->total += len;
-    if (len > fs->largest)
-        fs->largest = len;
-    fs->histogram[histogram_bin(len)]++;
-}
-
-/* Bytes of [lo, hi) (inside one range) that lie on mapped pages of VMM arena a, as maximal
- * runs. */
-static void add_mapped_runs(free_summary *fs, const gm_arena *a, uintptr_t lo, uintptr_t hi)
-{
-    size_t gran = (size_t)1 << a->page_shift;
-    const vmm_range *r = vmm_range_of(a, lo);
-    uintptr_t hwm = r->base + r->hwm * gran;
-    if (hi > hwm)
-        hi = hwm;
-    size_t run = 0;
-    while (lo < hi) {
-        size_t p = vmm_page_of(a, lo);
-        uintptr_t end = r->base + (p - r->first + 1) * gran;
-        if (end > hi)
-            end = hi;
-        if (a->pages[p].phys) {
-            run += end - lo;
-        } else {
-            add_free_run(fs, run);
-            run = 0;
-        }
-        lo = end;
-    }
-    add_free_run(fs, run);
-}
-
-void free_summary_locked(gm_pool *pool, free_summary *out)
-{
-    memset(out, 0, sizeof *out);
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++) {
-            const gm_arena *a = &pool->heaps[h].arenas[k];
-            for (const gm_span *s = a->spans; s; s = s->next)
-                for (const gm_block *b = s->first; b; b = b->phys_next) {
-                    if (!(b->flags & (BLOCK_FREE | BLOCK_CACHED | BLOCK_THREAD)))
-                        continue;
-                    if (s->vmm)
-                        add_mapped_runs(out, a, b->addr, b->addr + b->size);
-                    else
-                        add_free_run(out, b->size);
-                }
-        }
-}
 
 static void fill_stats_locked(gm_pool *pool, gm_stats *out)
 {
@@ -483,4 +418,23 @@ gm_status gm_pool_check(gm_pool *pool)
     gm_status st = pool_check_locked(pool);
     tcache_start_world_locked(pool);
     return pool_unlock(pool, st);
+}
+
+/* GM_DEBUG 3: a full validation (the world stopped meanwhile), after every public call. */
+void debug_validate_locked(gm_pool *pool)
+{
+    bool faults = gm_host_fault_pause(); /* a test's injected host failures are not for it */
+    tcache_stop_world_locked(pool);
+    /* As gm_pool_check, the lock-free path's lazy peaks are brought up to date first, but only
+     * for the check: a debug level must not change what the stats report. */
+    size_t peak_live = pool->peak_live, peak_allocated = pool->peak_allocated;
+    pool_update_peaks_locked(pool);
+    gm_status st = pool_check_locked(pool);
+    pool->peak_live = peak_live;
+    pool->peak_allocated = peak_allocated;
+    tcache_start_world_locked(pool);
+    gm_host_fault_resume(faults);
+    if (st != GM_OK)
+        fprintf(stderr, "gpumem: gm_pool_check failed: %s\n", pool->error_text);
+    GM_ASSERT(st == GM_OK);
 }

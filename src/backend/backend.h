@@ -137,7 +137,12 @@ int ipc_proc_fd_open(int pid, int fd, int flags);
 bool ipc_manifest_read(int pid, int fd, void *data, size_t len);
 
 /* H200 cost model (docs/anchors.md), in ns, for a call of `kind` on `size` bytes;
- * interpolated linearly in log2(size) between the measured sizes. */
+ * interpolated linearly in log2(size) between the measured sizes. What the simulator charges
+ * (sim.c); the pool's policies ask backend_estimate_ns instead. */
 uint64_t cost_model_ns(gm_call kind, size_t size);
+/* What a call of `kind` on `size` bytes is expected to take on backend b's device, in ns, for
+ * the pool's policies (defragmentation's move estimate): the anchors measured on the H200
+ * (docs/anchors.md) for every backend, simulated or not, until one measures its own device. */
+uint64_t backend_estimate_ns(const gm_backend *b, gm_call kind, size_t size);
 
 #endif /* GM_BACKEND_H */

@@ -135,7 +135,7 @@ static inline size_t config_round_size(const gm_config *c, size_t size)
 }
 /* Does config value `s` give both arenas to tlsf and route by small_request_max? Then
  * strategy_route(size) is size <= small_request_max ? ARENA_SMALL : ARENA_LARGE and grant() is
- * pool_round_size in either arena. */
+ * config_round_size in either arena. */
 bool strategy_tlsf_only(gm_strategy s);
 
 #endif

@@ -1,0 +1,119 @@
+/*
+ * Heaps and arenas: the heap of each stream that allocated, and finding a block for a request
+ * in an arena (arena.h): the strategy's take, then (a miss) the arena's cached blocks and the
+ * threads' caches evicted, then growth (plain: a new segment, growth.c; VMM: the arena's range
+ * reserved at first use, stitching, pages mapped for the block). Below the out-of-memory ladder
+ * (oom.c) and gm_alloc, above the caches, growth, the strategies and the segments.
+ */
+#include "arena.h"
+#include "release.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool arenas_init(gm_pool *pool, gm_arena *arenas, gm_heap *h)
+{
+    for (int k = 0; k < ARENA_COUNT; k++) {
+        gm_arena *a = &arenas[k];
+        a->heap = h;
+        a->kind = k;
+        a->idle_head = PAGE_NONE;
+        a->ops = strategy_of(pool->cfg.strategy, k);
+        if (a->ops->init(&pool->strat, a) != GM_OK) {
+            while (k--)
+                arenas[k].ops->fini(&pool->strat, &arenas[k]);
+            return false;
+        }
+    }
+    return true;
+}
+
+GM_COLD gm_heap *heap_add_locked(gm_pool *pool, gm_stream stream)
+{
+    if (pool->heap_count == pool->heap_cap) {
+        /* Arenas point back at their heap and spans at their arena: re-point them. */
+        size_t cap = pool->heap_cap ? pool->heap_cap * 2 : 4;
+        gm_heap *heaps = gm_host_calloc(cap, sizeof *heaps);
+        if (!heaps)
+            return NULL;
+        if (pool->heap_count)
+            memcpy(heaps, pool->heaps, pool->heap_count * sizeof *heaps);
+        for (size_t i = 0; i < pool->heap_count; i++)
+            for (int k = 0; k < ARENA_COUNT; k++) {
+                gm_arena *a = &heaps[i].arenas[k];
+                a->heap = &heaps[i];
+                for (gm_span *s = a->spans; s; s = s->next)
+                    s->arena = a;
+            }
+        free(pool->heaps);
+        pool->heaps = heaps;
+        pool->heap_cap = cap;
+    }
+    gm_heap *h = &pool->heaps[pool->heap_count++];
+    memset(h, 0, sizeof *h);
+    h->stream = stream;
+    if (!arenas_init(pool, h->arenas, h)) {
+        pool->heap_count--;
+        return NULL;
+    }
+    return h;
+}
+
+/* This arena's cached blocks (the pool's, then the threads') coalesce before it grows; other
+ * arenas' cached blocks could not help here, so they stay. NULL if that gave no block. */
+static gm_block *arena_take_evicting_locked(gm_pool *pool, gm_arena *a, size_t granted)
+{
+    gm_block *b = NULL;
+    while (!b && (cache_evict_arena_locked(pool, a) || tcache_reclaim_locked(pool)))
+        b = a->ops->take(&pool->strat, a, granted);
+    return b;
+}
+
+__attribute__((noinline)) gm_status arena_alloc_plain_miss_locked(gm_pool *pool, gm_arena *a,
+                                                                  size_t granted,
+                                                                  gm_block **out)
+{
+    gm_block *b = arena_take_evicting_locked(pool, a, granted);
+    if (!b) {
+        gm_status st = grow_plain_locked(pool, a, granted);
+        if (st != GM_OK)
+            return st;
+        b = a->ops->take(&pool->strat, a, granted);
+        if (!b)
+            return GM_ERR_OUT_OF_MEMORY;
+    }
+    flags_set(b, 0);
+    b->span->live_blocks++;
+    *out = b;
+    return GM_OK;
+}
+
+__attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_arena *a,
+                                                           size_t granted, gm_block **out)
+{
+    if (!a->spans) {
+        gm_status st = span_create_vmm_locked(pool, a);
+        if (st != GM_OK)
+            return st;
+    }
+    gm_block *b = a->ops->take(&pool->strat, a, granted);
+    if (!b)
+        b = arena_take_evicting_locked(pool, a, granted);
+    if (!b) { /* no free run of addresses: stitch free pages into a new range */
+        gm_status st = vmm_stitch_locked(pool, a, granted);
+        if (st != GM_OK)
+            return st;
+        b = a->ops->take(&pool->strat, a, granted);
+        if (!b) /* the virtual ranges are exhausted */
+            return GM_ERR_OUT_OF_MEMORY;
+    }
+    flags_set(b, 0);
+    b->span->live_blocks++;
+    gm_status st = pages_acquire_locked(pool, a, b->addr, b->size);
+    if (st != GM_OK) {
+        block_refile_locked(pool, b);
+        return st;
+    }
+    *out = b;
+    return GM_OK;
+}

@@ -1,0 +1,177 @@
+/*
+ * Out of memory: the ladder each step of which frees what it can before the allocation is
+ * tried again (DESIGN.md §2, issue 5; docs/cache.md), the failure's message, the refusals of
+ * requests no memory could serve, and draining every cache (gm_trim, pool destruction). Below
+ * gm_alloc and defragmentation (whose ladder step is the hook defrag.c installs), above the
+ * arenas, the caches and the segments.
+ */
+#include "arena.h"
+#include "retire.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+void pool_evict_caches_locked(gm_pool *pool)
+{
+    /* Pending frees first: those whose events completed retire into the cache, which is evicted
+     * next (evicting a block another stream used parks it behind an event: once more). */
+    if (pool->pending)
+        process_pending_locked(pool);
+    (void)tcache_reclaim_locked(pool);
+    cache_evict_all_locked(pool);
+    if (pool->pending)
+        process_pending_locked(pool);
+}
+
+/* Empty the threads' caches, the pool's cache and the pending list as far as the device allows:
+ * evict, wait for the streams that freed memory, finish pending frees (which may refill the
+ * cache), again. */
+void drain_locked(gm_pool *pool)
+{
+    (void)tcache_reclaim_locked(pool);
+    for (int round = 0; round < 3; round++) {
+        cache_evict_all_locked(pool);
+        sync_streams_locked(pool);
+        if (!pool->pending)
+            break;
+        process_pending_locked(pool);
+    }
+}
+
+static GM_COLD gm_status fail_oom_locked(gm_pool *pool, size_t size, gm_stream stream,
+                                         const char *cause)
+{
+    free_summary fs;
+    free_summary_locked(pool, &fs);
+    double rate = fs.total ? 1.0 - (double)fs.largest / (double)fs.total : 0.0;
+    char req[32], res[32], live[32], alloc[32], largest[32], total[32], lim[32];
+    pool_format_bytes(req, sizeof req, size);
+    pool_format_bytes(res, sizeof res, pool->reserved_bytes);
+    pool_totals t;
+    pool_totals_locked(pool, &t);
+    pool_format_bytes(live, sizeof live, t.live_bytes);
+    pool_format_bytes(alloc, sizeof alloc, t.allocated_bytes);
+    pool_format_bytes(largest, sizeof largest, fs.largest);
+    pool_format_bytes(total, sizeof total, fs.total);
+    if (pool->limit == SIZE_MAX)
+        snprintf(lim, sizeof lim, "none");
+    else
+        pool_format_bytes(lim, sizeof lim, pool->limit);
+    pool->oom_count++;
+    return pool_fail_locked(
+        pool, GM_ERR_OUT_OF_MEMORY,
+        "out of memory: cannot allocate %s (%zu bytes) on stream 0x%" PRIxPTR ": %s. "
+        "Reserved %s, live %s (allocated %s); free inside reserved memory %s, largest free "
+        "block %s, fragmentation rate %.1f%%; reserve limit %s, device capacity %zu bytes",
+        req, size, (uintptr_t)stream, cause, res, live, alloc, total, largest, rate * 100.0, lim,
+        pool->backend->caps.capacity);
+}
+
+/* The out-of-memory ladder (DESIGN.md §2, issue 5): each step frees what it can and the
+ * allocation is retried. 1 evict the cache; 2 wait for pending frees and release wholly free
+ * segments and idle pages; 3 defragment (the hook the defragmentation layer fills); 4 the
+ * program's callback, with the lock dropped, at most GM_OOM_RETRIES times; 5 fail.
+ * While the lock is dropped the program may allocate on a new stream, which moves the heaps
+ * (heap_add_locked): *ap is found again by its heap's index afterwards (heaps are never
+ * removed while the pool lives), and the caller must use *ap, not a copy taken before. */
+static GM_COLD gm_status oom_ladder_locked(gm_pool *pool, gm_arena **ap, size_t size,
+                                           size_t granted, gm_stream stream, gm_block **out)
+{
+    gm_arena *a = *ap;
+    const size_t heap = (size_t)(a->heap - pool->heaps);
+    const int kind = a->kind;
+    gm_status st = GM_ERR_OUT_OF_MEMORY;
+    pool->oom_ladder[0]++;
+    bool evicted = tcache_reclaim_locked(pool);
+    if ((cache_evict_all_locked(pool) || evicted) &&
+        (st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
+        return st;
+    pool->oom_ladder[1]++;
+    drain_locked(pool);
+    release_free_memory_locked(pool, 0, SIZE_MAX);
+    if ((st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
+        return st;
+    pool->oom_ladder[2]++;
+    if (pool->defrag_hook && pool->defrag_hook(pool, a, granted) &&
+        (st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
+        return st;
+    pool->oom_ladder[3]++;
+    for (int retry = 0; retry < GM_OOM_RETRIES && pool->cfg.oom_callback; retry++) {
+        gm_oom_fn fn = pool->cfg.oom_callback;
+        void *user = pool->cfg.oom_user;
+        gm_mutex_unlock(&pool->lock);
+        int again = fn(user, pool, size, stream);
+        gm_mutex_lock(&pool->lock);
+        a = *ap = &pool->heaps[heap].arenas[kind];
+        if (!again)
+            break;
+        drain_locked(pool); /* what the program freed, back to the device */
+        release_free_memory_locked(pool, 0, SIZE_MAX);
+        if ((st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
+            return st;
+    }
+    pool->oom_ladder[4]++;
+    return GM_ERR_OUT_OF_MEMORY;
+}
+
+/* alloc_request_locked's refusals, in their order: size 0; a kind or a size the configuration
+ * refuses (the stream's heap is made first, as for any request); a size past the device or the
+ * reserve limit. Pending frees are processed first, as for any request. */
+GM_COLD gm_status alloc_refused_locked(gm_pool *pool, const gm_request *rq,
+                                              gm_stream stream)
+{
+    size_t size = rq->size;
+    if (size == 0)
+        return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
+                                "gm_alloc: size 0 is not a valid request");
+    if (pool->pending)
+        process_pending_locked(pool);
+    if (!heap_of_locked(pool, stream))
+        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (heap)");
+    if (rq->kind < 0)
+        return fail_oom_locked(pool, size, stream, rq->why);
+    size_t granted = rq->granted;
+    return fail_oom_locked(pool, size, stream,
+                           granted && granted <= pool->backend->caps.capacity
+                               ? "the request exceeds the reserve limit"
+                               : "the request exceeds device capacity");
+}
+
+/* Whether the least growth that could serve `granted` in arena a passes the reserve limit: then
+ * the limit refused the request, not the device (a 256-byte request under reserve_limit=1M
+ * needs a 2 MiB segment or page). */
+static GM_COLD bool growth_over_limit_locked(const gm_pool *pool, const gm_arena *a,
+                                             size_t granted)
+{
+    size_t need = pool->granularity; /* VMM: at least one page */
+    if (pool->cfg.segments != GM_SEGMENTS_VMM) {
+        size_t seg = arena_segment_size(pool, a, granted);
+        size_t exact = round_up(granted, pool->cfg.segment_rounding);
+        need = seg < exact ? seg : exact; /* grow_plain_locked falls back to the exact size */
+    }
+    if (need < granted)
+        need = granted;
+    return need > pool->limit || pool->reserved_bytes > pool->limit - need;
+}
+
+/* The arena had no block for the request: the out-of-memory ladder, then the failure with its
+ * message. GM_OK with *out set if the ladder found a block. */
+GM_COLD gm_status alloc_missed_locked(gm_pool *pool, gm_arena *a, const gm_request *rq,
+                                             gm_stream stream, gm_status st, gm_block **out)
+{
+    size_t size = rq->size, granted = rq->granted;
+    if (st == GM_ERR_OUT_OF_MEMORY)
+        st = oom_ladder_locked(pool, &a, size, granted, stream, out);
+    if (st == GM_ERR_OUT_OF_MEMORY)
+        return fail_oom_locked(pool, size, stream,
+                               growth_over_limit_locked(pool, a, granted)
+                                   ? "the reserve limit is reached"
+                                   : "the device is full");
+    if (st == GM_OK)
+        pool->error_fresh = false; /* what a step of the ladder recorded is not this call's */
+    else if (st == GM_ERR_HOST_MEMORY && !pool->error_fresh)
+        pool_fail_locked(pool, st, "gm_alloc: host memory exhausted");
+    else if (st != GM_ERR_HOST_MEMORY && (!pool->error_fresh || st == GM_ERR_BACKEND))
+        pool_fail_locked(pool, st, "gm_alloc: device call failed: %s", gm_backend_last_error());
+    return st;
+}
