@@ -1,0 +1,107 @@
+#!/bin/sh
+# The library's layers run one way (docs/architecture.md, "Layers and files"): each source file
+# calls only files of a lower layer. Read from the static library's symbol tables (nm), so a
+# call through a hook the pool installs (a function pointer) is not a call, and inlined code is
+# counted where it is compiled. A file not in the table fails too: a new file takes its place.
+# usage: tests/docs/layers.sh LIBGPUMEM.a [NM]
+set -eu
+LIB=${1:?usage: layers.sh LIBGPUMEM.a [NM]}
+NM=${2:-nm}
+# file layer: higher calls lower, never the same or a higher one
+RANKS='
+summary 30
+pool 29
+stats 28
+defrag 27
+alloc 26
+share 25
+oom 24
+arena 23
+tcache 22
+retire 21
+cache 20
+release 19
+growth 18
+strategy 17
+tlsf 16
+buddy 16
+slab 16
+fixed 16
+segment 15
+blocks 14
+events 14
+counters 13
+config 12
+tracing 12
+error 11
+debug 6
+lock 6
+cuda 9
+sim 9
+backend 8
+cost 7
+'
+# file: the only files that may call it (the simulator's cost model is the simulator's; the
+# pool's policies ask the backend for estimates: backend_estimate_ns)
+ONLY='
+cost sim backend
+'
+"$NM" -A --format=posix "$LIB" | awk -v ranks="$RANKS" -v only="$ONLY" '
+BEGIN {
+    n = split(ranks, lines, "\n")
+    for (i = 1; i <= n; i++)
+        if (split(lines[i], f, " ") == 2)
+            rank[f[1]] = f[2] + 0
+    n = split(only, lines, "\n")
+    for (i = 1; i <= n; i++) {
+        m = split(lines[i], f, " ")
+        for (j = 2; j <= m; j++)
+            callers[f[1]] = callers[f[1]] " " f[j] " "
+    }
+}
+{
+    # posix format: "lib.a[file.c.o]: symbol TYPE [value size]"
+    obj = $1
+    sub(/^.*\[/, "", obj)
+    sub(/\]:$/, "", obj)
+    sub(/\.c\.o$/, "", obj)
+    sub(/\.o$/, "", obj)
+    sym = $2
+    type = $3
+    seen[obj] = 1
+    if (type == "U")
+        uses[obj, sym] = 1
+    else if (type ~ /^[TDBRVWG]$/)
+        owner[sym] = obj
+}
+END {
+    bad = 0
+    for (o in seen)
+        if (!(o in rank)) {
+            printf "layers: %s is in no layer: give it one in tests/docs/layers.sh and docs/architecture.md\n", o
+            bad = 1
+        }
+    for (k in uses) {
+        split(k, p, SUBSEP)
+        from = p[1]
+        sym = p[2]
+        if (!(sym in owner))
+            continue
+        to = owner[sym]
+        if (to == from || !(from in rank) || !(to in rank))
+            continue
+        if ((to in callers) && index(callers[to], " " from " ") == 0) {
+            who = callers[to]
+            gsub(/  +/, " ", who)
+            printf "layers: %s calls %s of %s, which only%smay call\n", from, sym, to, who
+            bad = 1
+        }
+        if (rank[to] >= rank[from]) {
+            printf "layers: %s (layer %d) calls %s of %s (layer %d): calls run one way, down\n", from, rank[from], sym, to, rank[to]
+            bad = 1
+        }
+    }
+    if (bad)
+        exit 1
+    print "layers: every call runs down"
+}'
