@@ -148,11 +148,17 @@ static GM_INLINE void watch_alloc_locked(gm_pool *pool, uintptr_t addr)
 
 gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
 {
-    if (!pool || !out)
+    /* Two tests, not `!pool || !out`: GCC kept that flag in a register the rest of gm_alloc
+     * wanted, and spilled the block around pool_update_peaks_locked (callgrind, 2026-12-03). */
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_alloc", "pool or out is NULL");
+    if (!out)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_alloc", "pool or out is NULL");
     gm_request rq;
     pool_request(pool, size, &rq);
-    if (atomic_load_explicit(&pool->tc_live, memory_order_relaxed) && size &&
+    /* Size 0 needs no test here: its granted size is 0, which no thread-cache entry has, so
+     * tcache_alloc misses and the locked path refuses it. One test while the caches sleep. */
+    if (atomic_load_explicit(&pool->tc_live, memory_order_relaxed) &&
         tcache_alloc(pool, &rq, stream, out)) {
         if (GM_DEBUG >= 3)
             debug_validate(pool);

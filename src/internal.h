@@ -664,7 +664,8 @@ gm_status defrag_check_locked(gm_pool *pool, size_t movable_in_spans);
 
 /* --- tcache.c: per-thread lock-free caches --- */
 /* The thread's cached block for rq on `stream`, without the pool lock; false on a miss (a
- * thread without a cache registers one first). */
+ * thread without a cache registers one first), which a request of granted size 0 (size 0, or
+ * refused by the configuration) always is. */
 bool tcache_alloc(gm_pool *pool, const gm_request *rq, gm_stream stream, void **out);
 bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream);
 void tcache_register(gm_pool *pool);
