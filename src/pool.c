@@ -1301,10 +1301,9 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
     gm_block *b = NULL;
     gm_status st = alloc_request_locked(pool, &rq, stream, 0, &b);
     if (st != GM_OK) {
-        st = pool_unlock(pool, st);
-        if (GM_UNLIKELY(pool->trace) && st == GM_ERR_OUT_OF_MEMORY)
+        if (GM_UNLIKELY(pool->trace) && st == GM_ERR_OUT_OF_MEMORY) /* under the lock too */
             tracing_alloc_failed(pool->trace, size, stream);
-        return st;
+        return pool_unlock(pool, st);
     }
     if (GM_DEBUG >= 3)
         debug_validate_locked(pool);
@@ -1468,6 +1467,18 @@ gm_status gm_pool_reset_peaks(gm_pool *pool)
     pool->peak_allocated = t.allocated_bytes;
     pool->peak_reserved = pool->reserved_bytes;
     return pool_unlock(pool, GM_OK);
+}
+
+gm_status gm_pool_trace_stop(gm_pool *pool)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_trace_stop", "pool is NULL");
+    gm_mutex_lock(&pool->lock); /* calls record under the lock: none is mid-record after it */
+    gm_trace *t = pool->trace;
+    pool->trace = NULL;
+    gm_mutex_unlock(&pool->lock);
+    tracing_close(t); /* joins the writer: outside the lock, which the writer never takes */
+    return GM_OK;
 }
 
 gm_status gm_pool_set_reserve_limit(gm_pool *pool, size_t bytes, double fraction)
