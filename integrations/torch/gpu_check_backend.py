@@ -28,6 +28,8 @@ passed.
                 _memory_viz
   devices       a free on another current device (needs 2 GPUs, else skipped)
   ipc           sharing a CUDA tensor with another process fails with a clear error
+  summary       gpumem.torch.summary() (gm_pool_summary): its live-blocks row equals PyTorch's
+                allocation count, its allocations row grows by one per tensor
 """
 
 import json
@@ -39,7 +41,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CHECKS = ["stats", "stream", "stream_off", "two_streams", "graph", "compile", "oom", "fraction",
-          "snapshot", "devices", "ipc"]
+          "snapshot", "devices", "ipc", "summary"]
 MiB = 1 << 20
 GiB = 1 << 30
 
@@ -415,6 +417,27 @@ def w_ipc():
     except RuntimeError as e:
         check("gpumem" in str(e) and "not supported" in str(e), "message: " + str(e)[:200])
         return {"message": str(e).splitlines()[0]}
+
+
+def w_summary():
+    import re
+    gmt = enable()
+    import torch
+
+    def row(text, name):
+        m = re.search(r"\| %s +\| +(\d+) \|" % re.escape(name), text)
+        check(m is not None, "summary has no %r row:\n%s" % (name, text))
+        return int(m.group(1))
+    keep = [torch.empty(n * MiB, dtype=torch.uint8, device="cuda") for n in (1, 3, 20)]
+    text = gmt.summary()
+    live = row(text, "live blocks")
+    check(live == torch.cuda.memory_stats()["allocation.all.current"],
+          "summary live blocks %d != PyTorch's %d" % (live, torch.cuda.memory_stats()["allocation.all.current"]))
+    allocs = row(text, "allocations")
+    keep.append(torch.empty(5 * MiB, dtype=torch.uint8, device="cuda"))
+    check(row(gmt.summary(), "allocations") == allocs + 1, "allocations row did not grow by one")
+    check("reserved" in text and "fragmentation rate" in text, "summary rows")
+    return {"summary_lines": len(text.splitlines())}
 
 
 WORKERS = {n: globals()["w_" + n] for n in CHECKS}
