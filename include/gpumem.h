@@ -430,6 +430,13 @@ GM_API gm_status gm_pool_destroy(gm_pool *pool);
  * gm_pool_destroy when the device refuses a release). */
 GM_API gm_status gm_pool_destroy_force(gm_pool *pool);
 
+/* Stop tracing (gm_config.trace_file) and complete the file: every record so far is written,
+ * a ".gz" file gets its end, and later calls are not traced. For a pool that lives until the
+ * process exits (a framework's allocator, which is never destroyed), this is what makes the
+ * trace whole. GM_OK also when the pool does not trace (nothing to do) or has stopped already;
+ * NULL pool: GM_ERR_INVALID_ARGUMENT. Thread-safe. */
+GM_API gm_status gm_pool_trace_stop(gm_pool *pool);
+
 /* Allocate `size` bytes usable by work on `stream`; *out is GM_ALIGNMENT-aligned.
  * Size 0 is rejected with GM_ERR_INVALID_ARGUMENT (unlike cudaMalloc, which returns success
  * and no memory: a 0-byte request is nearly always a bug, and NULL is not a block we can free).
@@ -818,6 +825,14 @@ GM_API gm_status gm_sim_config_get(const gm_sim_config *cfg, const char *key, ch
  * the text is complete iff the result is < len. buf may be NULL when len is 0. */
 GM_API size_t gm_config_format(const gm_config *cfg, char *buf, size_t len);
 GM_API size_t gm_sim_config_format(const gm_sim_config *cfg, char *buf, size_t len);
+
+/* The trace file (gm_config.trace_file) of the pool of device `device` when one setting serves
+ * a pool per device (the PyTorch and CuPy integrations): device 0 keeps the name, device d > 0
+ * writes "NAME.devD" + the name's ".csv" / ".csv.gz" / ".gz" ending ("run.csv.gz" ->
+ * "run.dev1.csv.gz"), so that the pools do not write one file. No-op when tracing is off.
+ * Fails: GM_ERR_INVALID_ARGUMENT (cfg NULL, device < 0, or the new name does not fit
+ * GM_TRACE_PATH_BYTES: cfg then unchanged). */
+GM_API gm_status gm_config_trace_for_device(gm_config *cfg, int device);
 
 /* Parse a byte size as the keys above read it ("4096", "256K", "2MiB", "1.5G"). Fails:
  * GM_ERR_INVALID_ARGUMENT (NULL, not a size, fractions of a byte, beyond SIZE_MAX). */

@@ -168,10 +168,9 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
     gm_block *b = NULL;
     gm_status st = alloc_request_locked(pool, &rq, stream, 0, &b);
     if (st != GM_OK) {
-        st = pool_unlock(pool, st);
-        if (GM_UNLIKELY(pool->trace) && st == GM_ERR_OUT_OF_MEMORY)
+        if (GM_UNLIKELY(pool->trace) && st == GM_ERR_OUT_OF_MEMORY) /* under the lock too */
             tracing_alloc_failed(pool->trace, size, stream);
-        return st;
+        return pool_unlock(pool, st);
     }
     if (GM_DEBUG >= 3)
         pool->debug_check(pool);

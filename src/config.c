@@ -218,6 +218,34 @@ static GM_COLD gm_status config_fail(const char *fn, const char *fmt, ...)
 
 /* ---------------------------------------------------------------- values */
 
+gm_status gm_config_trace_for_device(gm_config *cfg, int device)
+{
+    static const char *const endings[] = {".csv.gz", ".csv", ".gz"};
+    if (!cfg || device < 0)
+        return config_fail("gm_config_trace_for_device", "%s", !cfg ? "cfg is NULL"
+                                                                   : "device is negative");
+    size_t len = strnlen(cfg->trace_file, sizeof cfg->trace_file);
+    if (!len || device == 0)
+        return GM_OK;
+    size_t stem = len;
+    for (size_t i = 0; i < sizeof endings / sizeof *endings; i++) {
+        size_t e = strlen(endings[i]);
+        if (len > e && strcmp(cfg->trace_file + len - e, endings[i]) == 0) {
+            stem = len - e;
+            break;
+        }
+    }
+    char name[GM_TRACE_PATH_BYTES];
+    int n = snprintf(name, sizeof name, "%.*s.dev%d%s", (int)stem, cfg->trace_file, device,
+                     cfg->trace_file + stem);
+    if (n < 0 || (size_t)n >= sizeof name)
+        return config_fail("gm_config_trace_for_device", "trace file \"%s\" for device %d: the "
+                           "name would exceed %d bytes", cfg->trace_file, device,
+                           GM_TRACE_PATH_BYTES - 1);
+    memcpy(cfg->trace_file, name, (size_t)n + 1);
+    return GM_OK;
+}
+
 gm_status gm_size_parse(const char *text, size_t *out)
 {
     static const struct {

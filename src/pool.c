@@ -303,6 +303,18 @@ gm_status gm_pool_reset_peaks(gm_pool *pool)
     return pool_unlock(pool, GM_OK);
 }
 
+gm_status gm_pool_trace_stop(gm_pool *pool)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_trace_stop", "pool is NULL");
+    gm_mutex_lock(&pool->lock); /* calls record under the lock: none is mid-record after it */
+    gm_trace *t = pool->trace;
+    pool->trace = NULL;
+    gm_mutex_unlock(&pool->lock);
+    tracing_close(t); /* joins the writer: outside the lock, which the writer never takes */
+    return GM_OK;
+}
+
 gm_status gm_pool_set_reserve_limit(gm_pool *pool, size_t bytes, double fraction)
 {
     if (!pool)

@@ -507,6 +507,37 @@ static void test_vmm_run_pages(void)
     }
 }
 
+/* gm_config_trace_for_device: device 0 keeps the name, device d gets ".devD" before the
+ * ".csv[.gz]" / ".gz" ending (or at the end), off stays off, a name that would not fit fails
+ * and leaves cfg as it was. */
+static void test_trace_for_device(void)
+{
+    static const struct {
+        const char *in;
+        int device;
+        const char *want;
+    } cases[] = {{"run.csv.gz", 0, "run.csv.gz"},     {"run.csv.gz", 1, "run.dev1.csv.gz"},
+                 {"/t/run.csv", 12, "/t/run.dev12.csv"}, {"x.gz", 3, "x.dev3.gz"},
+                 {"trace", 2, "trace.dev2"},           {".csv", 1, ".csv.dev1"},
+                 {"", 5, ""}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        gm_config c;
+        memset(&c, 0, sizeof c);
+        snprintf(c.trace_file, sizeof c.trace_file, "%s", cases[i].in);
+        CHECK_OK(gm_config_trace_for_device(&c, cases[i].device));
+        CHECK(strcmp(c.trace_file, cases[i].want) == 0);
+    }
+    gm_config c;
+    memset(&c, 0, sizeof c);
+    memset(c.trace_file, 'a', sizeof c.trace_file - 1); /* as long as a name can be */
+    CHECK_STATUS(gm_config_trace_for_device(&c, 1), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "device 1");
+    CHECK(strlen(c.trace_file) == sizeof c.trace_file - 1 && c.trace_file[0] == 'a');
+    CHECK_STATUS(gm_config_trace_for_device(&c, -1), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_config_trace_for_device(NULL, 0), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "NULL");
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--docs") == 0) {
@@ -523,5 +554,6 @@ int main(int argc, char **argv)
     test_get_and_format();
     test_resolve();
     test_vmm_run_pages();
+    test_trace_for_device();
     return check_summary();
 }

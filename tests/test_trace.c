@@ -2,16 +2,25 @@
  * Tracing a live program (gm_config.trace_file): the file is RMM's CSV, every successful
  * allocate and free is in it with its size and stream, failures as "allocate failure", frees
  * that gm_free refuses are not; ".gz" is compressed; bad paths fail gm_pool_create with a
- * message. With a directory argument it also leaves a recorded workload there (workload.csv.gz)
- * and prints its peak live bytes, for tests/cli/test_trace_replay.sh to replay with the CLI.
+ * message. Many records (several times what the tracer buffers, plain and gzip) come out
+ * complete, in the order they were served, with a Time that never goes back; a writer slower
+ * than the program (a pipe that nobody reads yet) makes the program wait and drops nothing; in
+ * a two-thread recording every free names a live pointer and every allocation a free one. With
+ * a directory argument it also leaves a recorded workload there (workload.csv.gz) and prints
+ * its peak live bytes, for tests/cli/test_trace_replay.sh to replay with the CLI.
  */
 #include "gpumem.h"
 #include "sim_setup.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 #include <zlib.h>
 
 static char dir[256];
@@ -114,6 +123,228 @@ static void test_bad_paths(void)
     gm_backend_destroy(be);
 }
 
+/* One line of a trace, parsed; 0 at the end of the text, -1 on a malformed line. */
+typedef struct line {
+    unsigned long tid;
+    double time;
+    int kind; /* 0 allocate, 1 allocate failure, 2 free */
+    unsigned long long ptr, size, stream;
+} line;
+
+static int next_line(const char **text, line *out)
+{
+    const char *p = *text;
+    if (!*p)
+        return 0;
+    char *e;
+    out->tid = strtoul(p, &e, 10);
+    if (*e != ',')
+        return -1;
+    out->time = strtod(e + 1, &e);
+    if (*e != ',')
+        return -1;
+    p = e + 1;
+    if (!strncmp(p, "allocate,", 9))
+        out->kind = 0, p += 9;
+    else if (!strncmp(p, "allocate failure,", 17))
+        out->kind = 1, p += 17;
+    else if (!strncmp(p, "free,", 5))
+        out->kind = 2, p += 5;
+    else
+        return -1;
+    out->ptr = strtoull(p, &e, 16);
+    if (*e != ',')
+        return -1;
+    out->size = strtoull(e + 1, &e, 10);
+    if (*e != ',')
+        return -1;
+    out->stream = strtoull(e + 1, &e, 16);
+    if (*e != '\n')
+        return -1;
+    *text = e + 1;
+    return 1;
+}
+
+/* What a single-threaded run did, op by op, to compare with its trace. */
+enum { MANY_OPS = 200000 }; /* about 3 times the 65536 records the tracer buffers */
+typedef struct op {
+    uintptr_t ptr;
+    size_t size;
+    int kind; /* 0 allocate, 2 free */
+} op;
+
+static atomic_size_t progress; /* ops done so far by run_many */
+
+/* MANY_OPS deterministic allocations and frees on p, into ops[]; the pool is destroyed. */
+static void run_many(gm_pool *p, op *ops)
+{
+    void *live[256] = {0};
+    size_t sizes[256] = {0};
+    unsigned x = 7;
+    size_t n = 0;
+    while (n < MANY_OPS) {
+        x = x * 1103515245u + 12345u;
+        unsigned k = (x >> 8) % 256;
+        if (live[k]) {
+            REQUIRE_OK(gm_free(p, live[k], NULL));
+            ops[n++] = (op){(uintptr_t)live[k], sizes[k], 2};
+            live[k] = NULL;
+        } else {
+            sizes[k] = ((size_t)1 << (9 + (x >> 20) % 12)) + (x >> 4) % 1000; /* to 1 MiB */
+            REQUIRE_OK(gm_alloc(p, sizes[k], NULL, &live[k]));
+            ops[n++] = (op){(uintptr_t)live[k], sizes[k], 0};
+        }
+        atomic_store_explicit(&progress, n, memory_order_relaxed);
+    }
+    for (int k = 0; k < 256; k++) /* not in ops[]: past MANY_OPS lines */
+        if (live[k])
+            REQUIRE_OK(gm_free(p, live[k], NULL));
+    CHECK_OK(gm_pool_destroy(p));
+}
+
+/* The trace holds ops[] in order (then the final frees), one thread, Time never going back. */
+static void check_many(const char *text, const op *ops)
+{
+    const char *p = strchr(text, '\n');
+    REQUIRE(p != NULL);
+    p++;
+    line l;
+    double last = 0;
+    unsigned long tid = 0;
+    size_t n = 0, bad = 0;
+    int rc;
+    while ((rc = next_line(&p, &l)) == 1) {
+        if (n == 0)
+            tid = l.tid;
+        if (n < MANY_OPS)
+            bad += l.kind != ops[n].kind || l.ptr != ops[n].ptr || l.size != ops[n].size ||
+                   l.stream != 0;
+        bad += l.tid != tid || l.time < last;
+        last = l.time;
+        n++;
+    }
+    CHECK_EQ_U(rc, 0); /* every line parsed */
+    CHECK_GE_U(n, MANY_OPS);
+    CHECK_EQ_U(bad, 0);
+    CHECK(last > 0);
+}
+
+static void test_many(const char *name)
+{
+    char file[700];
+    path_in(file, sizeof file, name);
+    op *ops = malloc(MANY_OPS * sizeof *ops);
+    REQUIRE(ops != NULL);
+    gm_backend *be = sim_new(0, 0, 0);
+    run_many(traced_pool(be, file), ops);
+    gm_backend_destroy(be);
+    char *text = slurp(file);
+    check_many(text, ops);
+    free(text);
+    free(ops);
+}
+
+/* A writer slower than the program: the trace is a pipe that its reader leaves unread until
+ * the program has stopped moving, then drains. The program must have waited (it stopped
+ * before its last op) and the trace must still be complete. */
+typedef struct pipe_reader {
+    const char *path;
+    size_t stalled_at; /* run_many's progress when it stopped moving */
+    char *text;
+} pipe_reader;
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void *read_pipe(void *arg)
+{
+    pipe_reader *r = arg;
+    int fd = open(r->path, O_RDONLY); /* waits for the tracer's fopen */
+    if (fd < 0)
+        return NULL;
+    size_t seen = (size_t)-1, now;
+    for (int i = 0; i < 400; i++) { /* at most 20 s: unmoved for 100 ms, or done */
+        sleep_ms(50);
+        now = atomic_load(&progress);
+        if (now == seen || now == MANY_OPS)
+            break;
+        seen = now;
+    }
+    r->stalled_at = atomic_load(&progress);
+    size_t cap = 1 << 20, len = 0;
+    r->text = malloc(cap);
+    ssize_t got;
+    while (r->text && (got = read(fd, r->text + len, cap - len - 1)) > 0) {
+        len += (size_t)got;
+        if (cap - len < 2)
+            r->text = realloc(r->text, cap *= 2);
+    }
+    close(fd);
+    if (r->text)
+        r->text[len] = 0;
+    return NULL;
+}
+
+static void test_slow_writer(void)
+{
+    char file[700];
+    path_in(file, sizeof file, "slow.csv");
+    REQUIRE(mkfifo(file, 0600) == 0);
+    op *ops = malloc(MANY_OPS * sizeof *ops);
+    REQUIRE(ops != NULL);
+    pipe_reader r = {file, 0, NULL};
+    atomic_store(&progress, 0);
+    pthread_t reader;
+    REQUIRE(pthread_create(&reader, NULL, read_pipe, &r) == 0);
+    gm_backend *be = sim_new(0, 0, 0);
+    run_many(traced_pool(be, file), ops);
+    gm_backend_destroy(be);
+    pthread_join(reader, NULL);
+    REQUIRE(r.text != NULL);
+    CHECK_LT_U(r.stalled_at, MANY_OPS); /* the program waited for the writer */
+    check_many(r.text, ops);
+    free(r.text);
+    free(ops);
+    unlink(file);
+}
+
+/* In a many-thread trace, every free names a live pointer and every allocation a free one:
+ * a pointer's free precedes its next allocation in the file. Returns the violations. */
+static size_t order_violations(const char *text)
+{
+    enum { CAP = 1 << 16 };
+    unsigned long long *live = calloc(CAP, sizeof *live); /* open addressing, 0 = empty */
+    REQUIRE(live != NULL);
+    const char *p = strchr(text, '\n') + 1;
+    line l;
+    size_t bad = 0;
+    while (next_line(&p, &l) == 1) {
+        if (l.kind == 1)
+            continue;
+        size_t h = (size_t)(l.ptr >> 9) * 0x9E3779B97F4A7C15ull % CAP, tomb = CAP;
+        while (live[h] && live[h] != l.ptr) {
+            if (live[h] == ~0ull && tomb == CAP)
+                tomb = h;
+            h = (h + 1) % CAP;
+        }
+        size_t found = live[h] == l.ptr;
+        if (l.kind == 0) {
+            bad += found;
+            if (!found)
+                live[tomb != CAP ? tomb : h] = l.ptr;
+        } else {
+            bad += 1 - found;
+            if (found)
+                live[h] = ~0ull; /* a tombstone */
+        }
+    }
+    free(live);
+    return bad;
+}
+
 /* The recorded workload: two threads, each on its own stream, allocating and freeing a
  * deterministic mix of sizes; peak live is computed from the pool's own stats. */
 typedef struct worker {
@@ -170,6 +401,7 @@ static void record_workload(void)
     char *text = slurp(file);
     CHECK_EQ_U(count_lines(text, ",allocate,"), st.alloc_count);
     CHECK_EQ_U(count_lines(text, ",free,"), st.free_count);
+    CHECK_EQ_U(order_violations(text), 0);
     free(text);
     printf("peak_live_bytes %zu ops %llu\n", st.peak_live_bytes,
            (unsigned long long)(st.alloc_count + st.free_count));
@@ -187,6 +419,9 @@ int main(int argc, char **argv)
     test_format("plain.csv");
     test_format("packed.csv.gz");
     test_bad_paths();
+    test_many("many.csv");
+    test_many("many.csv.gz");
+    test_slow_writer();
     record_workload();
     return check_summary();
 }

@@ -4,7 +4,9 @@ Each workload runs in its own process (argv[1] = workload name, argv[2] = out di
 Workloads: gpt2_train, gpt2_generate, resnet_train (need transformers / torchvision), and two
 multi-stream ones on PyTorch alone: side_prefetch (batches copied on a side stream, used on the
 main one with record_stream) and comm_overlap (compute overlapped with a communication-like side
-stream that packs and "reduces" gradient buckets).
+stream that packs and "reduces" gradient buckets); and dyn_encoder, a BERT-base-like encoder
+fine-tuned on batches of random shape (the dynamic-shape workload of
+integrations/torch/gpu_bench_backend.py).
 Writes <name>.csv.gz in RMM's logging format (Thread,Time,Action,Pointer,Size,Stream)
 plus <name>.json with PyTorch's own peak allocated / reserved for the run.
 """
@@ -137,8 +139,29 @@ def comm_overlap(steps=24):
     torch.cuda.synchronize()
 
 
+def dyn_encoder(steps=24):
+    """Dynamic shapes: a 6-layer transformer encoder (d=768, BERT-base's width) with a
+    classification head, AdamW, bf16 autocast, a batch of 4-64 sequences of 16-512 tokens drawn
+    per step (as gpu_bench_backend.py's `dyn` workload trains it)."""
+    layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, batch_first=True, dropout=0.0)
+    m = torch.nn.Sequential(torch.nn.Embedding(30522, 768),
+                            torch.nn.TransformerEncoder(layer, 6, enable_nested_tensor=False),
+                            torch.nn.Linear(768, 2)).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(1)
+    for s in range(steps):
+        bs = int(torch.randint(4, 65, (1,), generator=g))
+        sl = int(torch.randint(16, 513, (1,), generator=g))
+        x = torch.randint(0, 30522, (bs, sl), device=dev)
+        y = torch.randint(0, 2, (bs,), device=dev)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(m(x)[:, 0, :].float(), y)
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+
+
 WORKLOADS = dict(gpt2_train=gpt2_train, gpt2_generate=gpt2_generate, resnet_train=resnet_train,
-                 side_prefetch=side_prefetch, comm_overlap=comm_overlap)
+                 side_prefetch=side_prefetch, comm_overlap=comm_overlap, dyn_encoder=dyn_encoder)
 
 
 def export(snap, path):

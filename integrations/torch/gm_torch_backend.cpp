@@ -303,7 +303,10 @@ class GmAllocator final : public CCA::CUDAAllocator {
             TORCH_CHECK(st == GM_OK, "gpumem: cannot open CUDA device ", int(dev), ": ",
                         gm_status_str(st), ": ", gm_backend_last_error());
             gm_pool* p = nullptr;
-            st = gm_pool_create(be, &cfg_, &p);
+            gm_config cfg = cfg_;  // a trace file of its own per device (gm_config_trace_for_device)
+            if (trace_stopped_.load()) cfg.trace_file[0] = '\0';
+            st = gm_config_trace_for_device(&cfg, dev);
+            if (st == GM_OK) st = gm_pool_create(be, &cfg, &p);
             if (st != GM_OK) {
                 std::string why = gm_last_error(nullptr);
                 gm_backend_destroy(be);
@@ -336,7 +339,9 @@ class GmAllocator final : public CCA::CUDAAllocator {
 
     gm_pool* private_gm_locked(DeviceState& D, PrivatePool* pp) {
         if (!pp->pool) {
-            gm_status st = gm_pool_create(D.backend, &cfg_, &pp->pool);
+            gm_config cfg = cfg_;
+            cfg.trace_file[0] = '\0';  // a graph's or MemPool's own pool is not traced (docs/torch.md)
+            gm_status st = gm_pool_create(D.backend, &cfg, &pp->pool);
             TORCH_CHECK(st == GM_OK, "gpumem: cannot create a private pool for mempool (", pp->id.first, ", ",
                         pp->id.second, "): ", gm_status_str(st), ": ", gm_last_error(nullptr));
         }
@@ -1096,6 +1101,14 @@ class GmAllocator final : public CCA::CUDAAllocator {
     // ---- for the Python module --------------------------------------------------------------
 
     gm_pool* pool_for(DeviceIndex dev) { return device(dev).pool.load(); }
+
+    // Stop tracing on every device's pool and complete the files (gm_pool_trace_stop); pools
+    // made later do not trace. The pools are never destroyed, so this is what ends a trace.
+    void trace_stop() {
+        trace_stopped_.store(true);
+        for (DeviceIndex d = 0; d < device_count_; d++)
+            if (gm_pool* p = pool_if_made(d)) gm_pool_trace_stop(p);
+    }
     const std::string& conf() const { return conf_; }
     py::dict debug_info(DeviceIndex dev) {
         DeviceState& D = dev_state(dev);
@@ -1125,6 +1138,7 @@ class GmAllocator final : public CCA::CUDAAllocator {
     std::mutex obs_mu_;
     std::vector<CCA::OutOfMemoryObserver> observers_;
 
+    std::atomic<bool> trace_stopped_{false};  // trace_stop() ran: new pools do not trace
     std::mutex trace_mu_;  // the rings, skip_, trackers_, converter_, max_entries_
     std::atomic<bool> recording_{false};
     std::atomic<bool> has_trackers_{false};
@@ -1230,6 +1244,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("stats", &gmt::stats, py::arg("device") = 0);
     m.def("snapshot_json", &gmt::snapshot_json, py::arg("device") = 0);
     m.def("summary", &gmt::summary, py::arg("device") = 0);
+    m.def("trace_stop", [] { if (gmt::g_alloc) gmt::g_alloc->trace_stop(); });
     m.def("trim", &gmt::trim, py::arg("device") = 0, py::arg("keep") = 0);
     m.def("last_error", [](int dev) { return std::string(gm_last_error(gmt::installed().pool_for(static_cast<c10::DeviceIndex>(dev)))); },
           py::arg("device") = 0);

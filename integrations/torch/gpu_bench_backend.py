@@ -2,9 +2,12 @@
 """gpumem's PyTorch backend beside PyTorch's allocators on a GPU (docs/benchmarks.md).
 
     python3 integrations/torch/gpu_bench_backend.py [--reps 2] [--steps 14] [--warmup 4]
+        [--workloads gpt2,dyn,side] [--allocators default,expandable,gpumem[,gpumem-vmm]]
+        [--fraction 0.03] [--no-maxbatch] [--json OUT]
 
 Three allocators -- PyTorch's default, PyTorch with expandable_segments:True, and gpumem
-(gpumem.torch.enable(), library defaults) -- on three workloads, each run in its own process,
+(gpumem.torch.enable(), library defaults; also gpumem-vmm = segments=vmm and gpumem-vmm1 =
+segments=vmm,vmm_run_pages=1 when named in --allocators) -- on three workloads, each run in its own process,
 interleaved (rep 1: every allocator on every workload, then rep 2, ...):
 
   gpt2     GPT-2 small training (gpt2_train of tools/torch_record_traces.py, as
@@ -32,6 +35,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 ALLOCATORS = ["default", "expandable", "gpumem"]
+# gpumem's settings per allocator name (GPUMEM_CONF syntax); None = library defaults
+GPUMEM_CONFS = {"gpumem": None, "gpumem-vmm": "segments=vmm", "gpumem-vmm1": "segments=vmm,vmm_run_pages=1"}
 WORKLOADS = ["gpt2", "dyn", "side"]
 
 
@@ -39,13 +44,13 @@ def start(allocator):
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if allocator == "expandable":
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    if allocator == "gpumem":
+    if allocator in GPUMEM_CONFS:
         try:  # installed (pip install --no-build-isolation .)
             import gpumem.torch
         except ImportError:  # built in place under python/
             sys.path.insert(0, os.path.join(ROOT, "python"))
             import gpumem.torch
-        gpumem.torch.enable()
+        gpumem.torch.enable(GPUMEM_CONFS[allocator])
     import torch
     torch.cuda.init()
     torch.manual_seed(0)
@@ -128,9 +133,15 @@ def run_workload(torch, name, steps):
 def worker_run(allocator, name, steps, warmup):
     torch = start(allocator)
     times, losses = run_workload(torch, name, steps)
-    return {"allocator": allocator, "workload": name, "median_ms": statistics.median(times[warmup:]),
-            "ms": times, "losses": losses, "peak_reserved": torch.cuda.max_memory_reserved(),
-            "peak_live": torch.cuda.max_memory_allocated()}
+    res = {"allocator": allocator, "workload": name, "median_ms": statistics.median(times[warmup:]),
+           "ms": times, "losses": losses, "peak_reserved": torch.cuda.max_memory_reserved(),
+           "peak_live": torch.cuda.max_memory_allocated(),
+           "device_allocs": torch.cuda.memory_stats().get("num_device_alloc")}
+    if allocator in GPUMEM_CONFS:  # gpumem's own count of device calls, by kind
+        import gpumem.torch
+        st = gpumem.torch.stats()
+        res["gm_device_calls"] = {k: v for k, v in st.items() if "call" in k}
+    return res
 
 
 def worker_maxbatch(allocator, fraction):
@@ -175,6 +186,7 @@ def main():
         return type(default)(a[a.index(name) + 1]) if name in a else default
     reps, steps, warmup, fraction = opt("--reps", 2), opt("--steps", 14), opt("--warmup", 4), opt("--fraction", 0.03)
     workloads = opt("--workloads", ",".join(WORKLOADS)).split(",")
+    allocators = opt("--allocators", ",".join(ALLOCATORS)).split(",")
     runs = []
 
     def sub(args):
@@ -187,7 +199,7 @@ def main():
         return {"error": "worker failed", "args": args}
     for r in range(reps):
         for w in workloads:
-            for al in ALLOCATORS:
+            for al in allocators:
                 res = sub([al, w, str(steps), str(warmup)])
                 res["rep"] = r
                 runs.append(res)
@@ -196,7 +208,7 @@ def main():
     summary = {}
     for w in workloads:
         rows = {}
-        for al in ALLOCATORS:
+        for al in allocators:
             rs = [x for x in runs if x.get("workload") == w and x.get("allocator") == al and "median_ms" in x]
             if not rs:
                 continue
@@ -214,7 +226,7 @@ def main():
             row.pop("losses", None)
         summary[w] = rows
     if "--no-maxbatch" not in a:
-        summary["max_batch_dyn_seq512"] = {al: sub(["maxbatch", al, str(fraction)]) for al in ALLOCATORS}
+        summary["max_batch_dyn_seq512"] = {al: sub(["maxbatch", al, str(fraction)]) for al in allocators}
     print(json.dumps(summary, indent=1))
     if "--json" in a:
         with open(a[a.index("--json") + 1], "w") as f:

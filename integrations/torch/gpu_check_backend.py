@@ -28,6 +28,12 @@ passed.
                 _memory_viz
   devices       a free on another current device (needs 2 GPUs, else skipped)
   ipc           sharing a CUDA tensor with another process fails with a clear error
+  summary       gpumem.torch.summary() (gm_pool_summary): its live-blocks row equals PyTorch's
+                allocation count, its allocations row grows by one per tensor
+  trace         enable(conf="trace=FILE.csv.gz"), a few training steps, trace_stop(): the file
+                holds every allocation and free the pool served (its counts equal gm's
+                alloc_count and free_count), and gpumem.replay() of it on the simulated H200
+                reaches the run's peak live bytes
 """
 
 import json
@@ -39,7 +45,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CHECKS = ["stats", "stream", "stream_off", "two_streams", "graph", "compile", "oom", "fraction",
-          "snapshot", "devices", "ipc"]
+          "snapshot", "devices", "ipc", "summary", "trace"]
 MiB = 1 << 20
 GiB = 1 << 30
 
@@ -415,6 +421,63 @@ def w_ipc():
     except RuntimeError as e:
         check("gpumem" in str(e) and "not supported" in str(e), "message: " + str(e)[:200])
         return {"message": str(e).splitlines()[0]}
+
+
+def w_summary():
+    import re
+    gmt = enable()
+    import torch
+
+    def row(text, name):
+        m = re.search(r"\| %s +\| +(\d+) \|" % re.escape(name), text)
+        check(m is not None, "summary has no %r row:\n%s" % (name, text))
+        return int(m.group(1))
+    keep = [torch.empty(n * MiB, dtype=torch.uint8, device="cuda") for n in (1, 3, 20)]
+    text = gmt.summary()
+    live = row(text, "live blocks")
+    check(live == torch.cuda.memory_stats()["allocation.all.current"],
+          "summary live blocks %d != PyTorch's %d" % (live, torch.cuda.memory_stats()["allocation.all.current"]))
+    allocs = row(text, "allocations")
+    keep.append(torch.empty(5 * MiB, dtype=torch.uint8, device="cuda"))
+    check(row(gmt.summary(), "allocations") == allocs + 1, "allocations row did not grow by one")
+    check("reserved" in text and "fragmentation rate" in text, "summary rows")
+    return {"summary_lines": len(text.splitlines())}
+
+
+def w_trace():
+    path = "/tmp/gpumem_check_trace.csv.gz"
+    if os.path.exists(path):
+        os.remove(path)
+    gmt = enable("trace=" + path)
+    import torch
+    m = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512)).cuda()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    for bs in (64, 256, 32, 512, 128):
+        loss = m(torch.randn(bs, 512, device="cuda")).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    st = gmt.stats()
+    gmt.trace_stop()
+    import gpumem
+    t = gpumem.read_trace(path)
+    allocs = sum(1 for k in t["kind"] if k == 0)
+    frees = len(t["kind"]) - allocs
+    check(allocs == st["alloc_count"], "trace allocations %d != gm alloc_count %d" % (allocs, st["alloc_count"]))
+    check(frees == st["free_count"], "trace frees %d != gm free_count %d" % (frees, st["free_count"]))
+    r = gpumem.replay(t)
+    check(r["peak_live_bytes"] == st["peak_live_bytes"],
+          "replayed peak live %d != the run's %d" % (r["peak_live_bytes"], st["peak_live_bytes"]))
+    after = torch.empty(1 << 20, device="cuda")  # not traced any more
+    del after
+    check(len(gpumem.read_trace(path)["kind"]) == len(t["kind"]), "traced after trace_stop")
+    out = os.environ.get("GM_OUT")
+    if out:
+        import shutil
+        shutil.copy(path, os.path.join(out, "torch_check_trace.csv.gz"))
+    return {"allocations": allocs, "frees": frees, "peak_live": st["peak_live_bytes"],
+            "replay_reserved_over_live": r["reserved_over_live"]}
 
 
 WORKERS = {n: globals()["w_" + n] for n in CHECKS}

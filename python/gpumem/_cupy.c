@@ -35,6 +35,7 @@ typedef struct gmpy_cupy {
     gm_backend *backends[MAX_DEVICES];
     gm_pool *pools[MAX_DEVICES];
     uint64_t failed_frees;         /* frees gpumem refused (a pointer not from these pools) */
+    int trace_stopped;             /* gmpy_cupy_trace_stop ran: pools made later do not trace */
 } gmpy_cupy;
 
 GMPY_API gmpy_cupy *gmpy_cupy_new(const char *conf, void *current_stream, PyObject *oom_error)
@@ -61,6 +62,10 @@ GMPY_API gm_pool *gmpy_cupy_pool(gmpy_cupy *c, int device)
     gm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     gm_status st = gm_config_parse(&cfg, c->conf);
+    if (st == GM_OK && c->trace_stopped)
+        cfg.trace_file[0] = '\0';
+    if (st == GM_OK) /* a trace file of its own per device */
+        st = gm_config_trace_for_device(&cfg, device);
     if (st != GM_OK) {
         PyErr_Format(PyExc_ValueError, "gpumem.cupy: %s", gm_last_error(NULL));
         return NULL;
@@ -156,6 +161,16 @@ GMPY_API gm_pool *gmpy_cupy_existing_pool(gmpy_cupy *c, int device)
 GMPY_API uint64_t gmpy_cupy_failed_frees(gmpy_cupy *c)
 {
     return c->failed_frees;
+}
+
+/* Stop tracing on every pool and complete the files (gm_pool_trace_stop): the pools live
+ * until the process ends, so this is what ends a trace. */
+GMPY_API void gmpy_cupy_trace_stop(gmpy_cupy *c)
+{
+    c->trace_stopped = 1;
+    for (int d = 0; d < MAX_DEVICES; d++)
+        if (c->pools[d])
+            (void)gm_pool_trace_stop(c->pools[d]);
 }
 
 /* Destroy every pool (live blocks too: call it only when CuPy holds no more arrays). */

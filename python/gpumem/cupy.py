@@ -17,7 +17,7 @@ import os
 
 import gpumem
 
-__all__ = ["enable", "disable", "enabled", "stats", "summary", "snapshot", "trim"]
+__all__ = ["enable", "disable", "enabled", "stats", "summary", "snapshot", "trim", "trace_stop"]
 
 _state = {"allocator": None, "handle": None, "previous": None, "conf": None}
 
@@ -34,6 +34,7 @@ def _pylib():
     lib.gmpy_cupy_existing_pool.argtypes = [vp, ctypes.c_int]
     lib.gmpy_cupy_failed_frees.restype, lib.gmpy_cupy_failed_frees.argtypes = ctypes.c_uint64, [vp]
     lib.gmpy_cupy_destroy.restype, lib.gmpy_cupy_destroy.argtypes = None, [vp]
+    lib.gmpy_cupy_trace_stop.restype, lib.gmpy_cupy_trace_stop.argtypes = None, [vp]
     return lib
 
 
@@ -87,6 +88,18 @@ def enable(conf=None):
     _state.update(allocator=allocator, handle=handle, conf=conf, lib=lib,
                   stream_aware=stream_fn is not None, previous=cupy.cuda.get_allocator())
     cupy.cuda.set_allocator(allocator.malloc)
+    if any(item.split("=", 1)[0].strip() == "trace" for item in conf.split(",")):
+        import atexit
+        atexit.register(trace_stop)  # the pools live until the process ends: complete the file
+
+
+def trace_stop():
+    """Stop tracing (the ``trace=FILE`` setting) and complete the trace files: every allocation
+    and free so far is written, a ".gz" file is finished. enable() registers it to run at exit;
+    call it earlier to replay the file while the program runs. Device 0 writes FILE, device
+    d > 0 "FILE.devD" before its ".csv[.gz]" ending."""
+    if _state["handle"] is not None:
+        _state["lib"].gmpy_cupy_trace_stop(_state["handle"])
 
 
 def enabled():

@@ -21,7 +21,8 @@ give gpumem's own view.
 import json
 import os
 
-__all__ = ["enable", "enabled", "stats", "snapshot", "trim", "last_error", "GpumemError"]
+__all__ = ["enable", "enabled", "stats", "snapshot", "summary", "trim", "trace_stop", "last_error",
+           "GpumemError"]
 
 
 class GpumemError(RuntimeError):
@@ -70,6 +71,9 @@ def enable(conf=None):
     C.install(conf)
     if conf:
         os.environ["GPUMEM_CONF"] = conf
+    if any(item.split("=", 1)[0].strip() == "trace" for item in conf.split(",")):
+        import atexit
+        atexit.register(trace_stop)  # the pools live until the process ends: complete the file
 
 
 def enabled():
@@ -95,6 +99,17 @@ def summary(device=0):
     """gpumem's summary of the device's pool as text (gm_pool_summary): current and peak live,
     allocated, reserved and cached bytes, counts, fragmentation, segments, device calls."""
     return _ext().summary(int(device))
+
+
+def trace_stop():
+    """Stop tracing (the ``trace=FILE`` setting) and complete the trace files: every allocation
+    and free so far is written, a ".gz" file is finished. enable() registers it to run at exit;
+    call it earlier to replay the file while the program still runs. Later calls are not traced.
+    Device 0 writes FILE, device d > 0 "FILE.devD" before its ".csv[.gz]" ending; the private
+    pools of CUDA graphs and MemPools are not traced."""
+    C = _ext()
+    if C.installed():
+        C.trace_stop()
 
 
 def trim(keep=0, device=0):
