@@ -28,6 +28,7 @@
  * table's growth.
  */
 #include "internal.h"
+#include "list.h"
 #include "strategy.h"
 
 #include <stdlib.h>
@@ -36,23 +37,14 @@
 static void span_link(gm_arena *a, gm_span *s)
 {
     s->arena = a;
-    s->prev = NULL;
-    s->next = a->spans;
-    if (a->spans)
-        a->spans->prev = s;
-    a->spans = s;
+    LIST_PUSH(a->spans, s, prev, next);
     a->span_count++;
     a->span_bytes += s->size;
 }
 
 static void span_unlink(gm_arena *a, gm_span *s)
 {
-    if (s->prev)
-        s->prev->next = s->next;
-    else
-        a->spans = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
+    LIST_UNLINK(a->spans, s, prev, next);
     a->span_count--;
     a->span_bytes -= s->size;
 }

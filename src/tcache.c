@@ -33,6 +33,7 @@
  * has the request's hash (a 64-bit set of entry indices per hash), newest index first.
  */
 #include "internal.h"
+#include "list.h"
 #include "strategy.h"
 #include "tcache.h"
 
@@ -131,12 +132,7 @@ static void detach_locked(gm_pool *pool, gm_tcache *tc)
     pool->alloc_count += hits;
     pool->free_count += frees;
     pool->thread_hits_folded += hits;
-    if (tc->pool_prev)
-        tc->pool_prev->pool_next = tc->pool_next;
-    else
-        pool->tcaches = tc->pool_next;
-    if (tc->pool_next)
-        tc->pool_next->pool_prev = tc->pool_prev;
+    LIST_UNLINK(pool->tcaches, tc, pool_prev, pool_next);
     atomic_fetch_sub(&pool->tc_count, 1);
     tc->pool = NULL;
     tcache_start_world_locked(pool);
@@ -189,10 +185,7 @@ void tcache_register(gm_pool *pool)
     }
     gm_mutex_lock(&pool->lock);
     tc->pool = pool;
-    tc->pool_next = pool->tcaches;
-    if (pool->tcaches)
-        pool->tcaches->pool_prev = tc;
-    pool->tcaches = tc;
+    LIST_PUSH(pool->tcaches, tc, pool_prev, pool_next);
     atomic_fetch_add(&pool->tc_count, 1);
     gm_mutex_unlock(&pool->lock);
     tc->thread_next = tls_list;

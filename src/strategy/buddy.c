@@ -30,6 +30,7 @@
  * O(1). Internal fragmentation is the rounding to a power of two, less than half of each block;
  * the stats show it as allocated - live.
  */
+#include "list.h"
 #include "strategy.h"
 
 #include <stdio.h>
@@ -58,11 +59,7 @@ static gm_block **list_of(buddy *d, const gm_block *b)
 static void list_push(buddy *d, gm_block *b)
 {
     gm_block **head = list_of(d, b);
-    b->free_prev = NULL;
-    b->free_next = *head;
-    if (*head)
-        (*head)->free_prev = b;
-    *head = b;
+    LIST_PUSH(*head, b, free_prev, free_next);
     if (is_pow2(b->size))
         d->nonempty |= 1ull << floor_log2(b->size);
     d->free_blocks++;
@@ -71,13 +68,7 @@ static void list_push(buddy *d, gm_block *b)
 static void list_remove(buddy *d, gm_block *b)
 {
     gm_block **head = list_of(d, b);
-    if (b->free_prev)
-        b->free_prev->free_next = b->free_next;
-    else
-        *head = b->free_next;
-    if (b->free_next)
-        b->free_next->free_prev = b->free_prev;
-    b->free_prev = b->free_next = NULL;
+    LIST_REMOVE(*head, b, free_prev, free_next);
     if (!*head && is_pow2(b->size))
         d->nonempty &= ~(1ull << floor_log2(b->size));
     d->free_blocks--;

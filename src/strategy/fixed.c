@@ -21,6 +21,7 @@
  * Bounds: take, give O(1); remove_span O(blocks of the span). Internal fragmentation is the
  * block size minus the request, visible in the stats as allocated - live.
  */
+#include "list.h"
 #include "strategy.h"
 
 #include <stdio.h>
@@ -44,24 +45,14 @@ static int list_of(const fixed *f, const gm_block *b)
 static void list_push(fixed *f, gm_block *b)
 {
     int k = list_of(f, b);
-    b->free_prev = NULL;
-    b->free_next = f->heads[k];
-    if (f->heads[k])
-        f->heads[k]->free_prev = b;
-    f->heads[k] = b;
+    LIST_PUSH(f->heads[k], b, free_prev, free_next);
     f->counts[k]++;
 }
 
 static void list_remove(fixed *f, gm_block *b)
 {
     int k = list_of(f, b);
-    if (b->free_prev)
-        b->free_prev->free_next = b->free_next;
-    else
-        f->heads[k] = b->free_next;
-    if (b->free_next)
-        b->free_next->free_prev = b->free_prev;
-    b->free_prev = b->free_next = NULL;
+    LIST_REMOVE(f->heads[k], b, free_prev, free_next);
     f->counts[k]--;
 }
 

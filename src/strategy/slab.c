@@ -34,6 +34,7 @@
  * Bounds: take and give O(1) (expected: the hash map), but O(objects carved) when a slab
  * empties (amortised over its carving); a new slab O(SPACE_SCAN).
  */
+#include "list.h"
 #include "strategy.h"
 
 #include <stdio.h>
@@ -193,11 +194,7 @@ static void map_erase(addr_map *m, uintptr_t key)
 static void space_insert(slab_state *st, gm_block *b)
 {
     unsigned k = floor_log2(b->size);
-    b->free_prev = NULL;
-    b->free_next = st->space[k];
-    if (st->space[k])
-        st->space[k]->free_prev = b;
-    st->space[k] = b;
+    LIST_PUSH(st->space[k], b, free_prev, free_next);
     st->space_bits |= 1ull << k;
     st->space_count++;
 }
@@ -205,13 +202,7 @@ static void space_insert(slab_state *st, gm_block *b)
 static void space_remove(slab_state *st, gm_block *b)
 {
     unsigned k = floor_log2(b->size);
-    if (b->free_prev)
-        b->free_prev->free_next = b->free_next;
-    else
-        st->space[k] = b->free_next;
-    if (b->free_next)
-        b->free_next->free_prev = b->free_prev;
-    b->free_prev = b->free_next = NULL;
+    LIST_REMOVE(st->space[k], b, free_prev, free_next);
     if (!st->space[k])
         st->space_bits &= ~(1ull << k);
     st->space_count--;
@@ -257,42 +248,23 @@ static void space_give(strategy_ctx *sc, slab_state *st, gm_block *b)
 
 static void slab_link(slab_class *cl, slab *sl)
 {
-    sl->prev = NULL;
-    sl->next = cl->slabs;
-    if (cl->slabs)
-        cl->slabs->prev = sl;
-    cl->slabs = sl;
+    LIST_PUSH(cl->slabs, sl, prev, next);
 }
 
 static void slab_unlink(slab_class *cl, slab *sl)
 {
-    if (sl->prev)
-        sl->prev->next = sl->next;
-    else
-        cl->slabs = sl->next;
-    if (sl->next)
-        sl->next->prev = sl->prev;
+    LIST_UNLINK(cl->slabs, sl, prev, next);
 }
 
 static void object_push(slab_class *cl, gm_block *b)
 {
-    b->free_prev = NULL;
-    b->free_next = cl->free;
-    if (cl->free)
-        cl->free->free_prev = b;
-    cl->free = b;
+    LIST_PUSH(cl->free, b, free_prev, free_next);
     cl->free_count++;
 }
 
 static void object_remove(slab_class *cl, gm_block *b)
 {
-    if (b->free_prev)
-        b->free_prev->free_next = b->free_next;
-    else
-        cl->free = b->free_next;
-    if (b->free_next)
-        b->free_next->free_prev = b->free_prev;
-    b->free_prev = b->free_next = NULL;
+    LIST_REMOVE(cl->free, b, free_prev, free_next);
     cl->free_count--;
 }
 
