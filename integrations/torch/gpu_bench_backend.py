@@ -134,6 +134,7 @@ def worker_run(allocator, name, steps, warmup):
     torch = start(allocator)
     times, losses = run_workload(torch, name, steps)
     res = {"allocator": allocator, "workload": name, "median_ms": statistics.median(times[warmup:]),
+           "sum_ms": sum(times[warmup:]),  # the same shapes for every allocator: the fairer total
            "ms": times, "losses": losses, "peak_reserved": torch.cuda.max_memory_reserved(),
            "peak_live": torch.cuda.max_memory_allocated(),
            "device_allocs": torch.cuda.memory_stats().get("num_device_alloc")}
