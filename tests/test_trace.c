@@ -5,10 +5,10 @@
  * message. Many records (several times what the tracer buffers, plain and gzip) come out
  * complete, in the order they were served, with a Time that never goes back; Time moves while
  * the program sleeps; a writer slower than the program (a pipe that nobody reads yet) makes
- * the program wait and drops nothing; in a two-thread recording every free names a live
- * pointer and every allocation a free one. With a directory argument it also leaves a recorded
- * workload there (workload.csv.gz) and prints its peak live bytes, for
- * tests/cli/test_trace_replay.sh to replay with the CLI.
+ * the program wait and drops nothing; gm_pool_trace_stop completes the file of a live pool; in
+ * a two-thread recording every free names a live pointer and every allocation a free one.
+ * With a directory argument it also leaves a recorded workload there (workload.csv.gz) and
+ * prints its peak live bytes, for tests/cli/test_trace_replay.sh to replay with the CLI.
  */
 #include "gpumem.h"
 #include "sim_setup.h"
@@ -371,6 +371,46 @@ static size_t order_violations(const char *text)
     return bad;
 }
 
+/* gm_pool_trace_stop: the file is whole at once (every record so far, across several
+ * buffers, gzip's end written), later calls are not in it, a second stop and a NULL pool are
+ * handled, and the pool goes on serving. */
+static void test_stop(void)
+{
+    char file[700];
+    path_in(file, sizeof file, "stop.csv.gz");
+    gm_backend *be = sim_new(0, 0, 0);
+    gm_pool *p = traced_pool(be, file);
+    void *live[16] = {0};
+    size_t ops = 0;
+    for (int i = 0; i < 20000; i++) { /* more than two buffers of records */
+        void **slot = &live[i % 16];
+        if (*slot) {
+            CHECK_OK(gm_free(p, *slot, NULL));
+            *slot = NULL;
+        } else {
+            CHECK_OK(gm_alloc(p, 1000 + (size_t)i, NULL, slot));
+        }
+        ops++;
+    }
+    CHECK_OK(gm_pool_trace_stop(p));
+    char *text = slurp(file); /* before the pool is destroyed */
+    CHECK_EQ_U(count_lines(text, "\n"), ops + 1);
+    CHECK_EQ_U(order_violations(text), 0);
+    free(text);
+    for (int k = 0; k < 16; k++) /* not traced any more */
+        if (live[k])
+            CHECK_OK(gm_free(p, live[k], NULL));
+    CHECK_OK(gm_alloc(p, 4096, NULL, &live[0]));
+    CHECK_OK(gm_free(p, live[0], NULL));
+    CHECK_OK(gm_pool_trace_stop(p));
+    CHECK_STATUS(gm_pool_trace_stop(NULL), GM_ERR_INVALID_ARGUMENT);
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+    text = slurp(file);
+    CHECK_EQ_U(count_lines(text, "\n"), ops + 1);
+    free(text);
+}
+
 /* The recorded workload: two threads, each on its own stream, allocating and freeing a
  * deterministic mix of sizes; peak live is computed from the pool's own stats. */
 typedef struct worker {
@@ -449,6 +489,7 @@ int main(int argc, char **argv)
     test_many("many.csv.gz");
     test_slow_writer();
     test_time_moves();
+    test_stop();
     record_workload();
     return check_summary();
 }
