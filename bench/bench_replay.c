@@ -5,7 +5,7 @@
  * growth included). Each repeat starts from a fresh pool. Also prints where the requests were
  * served (thread caches, the pool's cache, the strategy), which explains the time.
  *
- * usage: bench_replay [--backend sim|cuda] [--repeat N] [--split] [--gap NS] [--set KEY=VALUE]...
+ * usage: bench_replay [--backend sim|cuda] [--repeat N] [--split] [--cpu] [--set KEY=VALUE]...
  *                     TRACE...
  *   sim runs with sim.no_costs=true unless --set says otherwise: host time only.
  *   --split: after the plain repeats, as many passes again (each on a fresh pool) that time
@@ -13,11 +13,9 @@
  *   of 1-20 us (page faults, interrupts, a preempted thread), ops over 20 us (device calls for
  *   growth, or a long preemption), beside the device time the backend measured. The clock
  *   reads add their own cost to these passes only (25-45 ns per op on dev and the H200).
- *   --gap NS: a program that works between its allocator calls (kernel launches): after every
- *   op the pass spins NS ns on the TSC, and the figure is the ops' own time, each op timed on
- *   its own (so, as in --split, it includes the clock reads' cost: compare runs with each
- *   other, not with plain passes). A helper thread (the trace writer) then keeps up as it
- *   would in a real program; docs/tracing.md uses it for the calling thread's cost of tracing.
+ *   --cpu: the plain passes count the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), not
+ *   the wall clock: time the thread spent preempted by other programs, or waiting for a helper
+ *   thread (the trace writer), is left out. On a shared machine it is the steadier figure.
  */
 #include "bench_common.h"
 #include "cli.h"
@@ -96,36 +94,18 @@ static int split_ops(const trace *t, gm_pool *pool, void **ptrs, size_t *failed,
     return 0;
 }
 
-/* --gap: the TSC's ns per tick. */
-static double gap_ns_per_tick;
+static int use_cpu_clock; /* --cpu */
 
-static void gap_calibrate(void)
+static double pass_clock_ns(void)
 {
-    double c0 = now_ns();
-    uint64_t k0 = ticks(), k = k0;
-    while (now_ns() - c0 < 2e7) /* 20 ms */
-        k = ticks();
-    gap_ns_per_tick = (now_ns() - c0) / (double)(k - k0 ? k - k0 : 1);
+    if (!use_cpu_clock)
+        return now_ns();
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* The --gap pass: ns per op of the ops' own time. */
-static double gap_ops(const trace *t, gm_pool *pool, void **ptrs, size_t *failed, double gap_ns)
-{
-    uint64_t gap = (uint64_t)(gap_ns / gap_ns_per_tick), own = 0;
-    for (size_t i = 0; i < t->n_ops; i++) {
-        uint64_t a = ticks();
-        run_op(pool, &t->ops[i], ptrs, failed);
-        uint64_t b = ticks();
-        own += b - a;
-        while (ticks() - b < gap)
-            ;
-    }
-    double n = (double)(t->n_ops ? t->n_ops : 1);
-    return (double)own / n * gap_ns_per_tick;
-}
-
-static int replay_once(const trace *t, const cli_settings *s, double gap_ns, result *out,
-                       split *sp)
+static int replay_once(const trace *t, const cli_settings *s, result *out, split *sp)
 {
     char err[512];
     gm_backend *be = NULL;
@@ -149,13 +129,11 @@ static int replay_once(const trace *t, const cli_settings *s, double gap_ns, res
         if (rc != 0)
             fprintf(stderr, "bench_replay: --split: no host memory for %zu op times\n",
                     t->n_ops);
-    } else if (gap_ns > 0) {
-        out->ns_per_op = gap_ops(t, pool, ptrs, &failed, gap_ns);
     } else {
-        double t0 = now_ns();
+        double t0 = pass_clock_ns();
         for (size_t i = 0; i < t->n_ops; i++)
             run_op(pool, &t->ops[i], ptrs, &failed);
-        out->ns_per_op = (now_ns() - t0) / (double)(t->n_ops ? t->n_ops : 1);
+        out->ns_per_op = (pass_clock_ns() - t0) / (double)(t->n_ops ? t->n_ops : 1);
     }
     (void)gm_pool_stats(pool, &out->stats);
     (void)gm_pool_destroy_force(pool);
@@ -178,7 +156,6 @@ int main(int argc, char **argv)
     s.sim.no_costs = 1;
     unsigned repeat = 5;
     int do_split = 0;
-    double gap_ns = 0;
     char err[512];
     int first_trace = argc;
     for (int i = 1; i < argc; i++) {
@@ -188,8 +165,8 @@ int main(int argc, char **argv)
             repeat = (unsigned)atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--split")) {
             do_split = 1;
-        } else if (!strcmp(argv[i], "--gap") && i + 1 < argc) {
-            gap_ns = atof(argv[++i]);
+        } else if (!strcmp(argv[i], "--cpu")) {
+            use_cpu_clock = 1;
         } else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
             if (settings_set(&s, argv[++i], err, sizeof err) != 0) {
                 fprintf(stderr, "bench_replay: %s\n", err);
@@ -197,7 +174,7 @@ int main(int argc, char **argv)
             }
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "usage: bench_replay [--backend sim|cuda] [--repeat N] [--split] "
-                            "[--gap NS] [--set KEY=VALUE]... TRACE...\n");
+                            "[--cpu] [--set KEY=VALUE]... TRACE...\n");
             return 2;
         } else {
             first_trace = i;
@@ -207,11 +184,6 @@ int main(int argc, char **argv)
     if (first_trace == argc || repeat == 0) {
         fprintf(stderr, "bench_replay: no trace given\n");
         return 2;
-    }
-    if (gap_ns > 0) {
-        gap_calibrate();
-        printf("gap %.0f ns after each op; ns/op: the ops' own time with its clock reads\n",
-               gap_ns);
     }
     printf("%-16s %9s %9s %7s %7s %7s %6s\n", "trace", "best", "median", "thread",
            "cache", "strat", "calls");
@@ -224,7 +196,7 @@ int main(int argc, char **argv)
         }
         result *r = calloc(repeat, sizeof *r);
         for (unsigned k = 0; r && k < repeat; k++)
-            if (replay_once(&t, &s, gap_ns, &r[k], NULL) != 0)
+            if (replay_once(&t, &s, &r[k], NULL) != 0)
                 return 1;
         if (!r)
             return 1;
@@ -246,7 +218,7 @@ int main(int argc, char **argv)
         for (unsigned k = 0; do_split && k < repeat; k++) {
             split sp = {{0}, {0}};
             result x;
-            if (replay_once(&t, &s, 0, &x, &sp) != 0)
+            if (replay_once(&t, &s, &x, &sp) != 0)
                 return 1;
             double total = sp.ns[0] + sp.ns[1] + sp.ns[2];
             printf("split #%u %.1f ns/op: <1us %llu ops %.2f ms, 1-20us %llu ops %.2f ms, "

@@ -141,11 +141,6 @@ typedef struct vmm_page {
      * on that first page: run_len = its pages, run_busy = its pages with users. */
     uint32_t run, run_len, run_busy;
     uint32_t run_prev, run_next; /* first page of an idle run: links of its arena's list */
-    /* First page of an idle run: when it may be unmapped (segment.c, "fences"). run_fence: an
-     * event recorded on the arena's stream when the run went idle (0 = none); run_dirty: the
-     * run went idle but no event could be recorded, so unmapping it waits for the streams. */
-    gm_event run_fence;
-    bool run_dirty;
 } vmm_page;
 /* The most pages a run holds (segment.c, "runs"): 16 x 2 MiB on an H200. */
 enum { VMM_RUN_PAGES = 16, VMM_RUN_ROOM = 4 };

@@ -343,54 +343,6 @@ static void run_idle_remove(gm_arena *a, size_t h)
     pg->run_prev = pg->run_next = PAGE_NONE;
 }
 
-/* ---- fences: when an idle run may be unmapped ----
- * Unmapping is not stream-ordered: the device must be done with a run's pages before they go.
- * Synchronizing the streams that freed memory, as every unmap did before, drains the device's
- * queue and stalls the program (PyTorch on the H200, VMM segments, 2026-12-03: steps 1.23x and
- * 1.26x PyTorch default's on the dynamic-shape and side-stream workloads). So a run that goes
- * idle gets an event on its arena's stream: the only stream whose work may still touch an idle
- * run, since other streams' uses of a block end in events before it comes back to the arena
- * (the pending list), and defragmentation copies on the arena's stream. An unmap whose event has
- * completed waits for nothing; recycling prefers such a run among the idle runs of the length it
- * takes; only a run whose work may still run (or that has no event) synchronizes as before. */
-enum { FENCE_SCAN = 4 }; /* idle runs of one length whose events recycling queries */
-
-static void run_fence_drop(gm_pool *pool, gm_arena *a, size_t h)
-{
-    vmm_page *pg = &a->pages[h];
-    if (pg->run_fence)
-        pool_event_put_locked(pool, pg->run_fence);
-    pg->run_fence = 0;
-    pg->run_dirty = false;
-}
-
-static void run_fence_set(gm_pool *pool, gm_arena *a, size_t h)
-{
-    gm_backend *be = pool->backend;
-    gm_event ev = 0;
-    run_fence_drop(pool, a, h);
-    if (pool_event_get_locked(pool, &ev) == GM_OK) {
-        if (DEVICE_CALL(pool, GM_CALL_EVENT_RECORD,
-                        be->ops->event_record(be, ev, a->heap->stream)) == GM_OK) {
-            a->pages[h].run_fence = ev;
-            return;
-        }
-        pool_event_put_locked(pool, ev);
-    }
-    a->pages[h].run_dirty = true;
-}
-
-/* Idle run h may be unmapped without waiting: its event has completed, or no work has touched
- * it since it was mapped. */
-static bool run_quiet(gm_pool *pool, const gm_arena *a, size_t h)
-{
-    const vmm_page *pg = &a->pages[h];
-    if (!pg->run_fence)
-        return !pg->run_dirty;
-    gm_backend *be = pool->backend;
-    return DEVICE_CALL(pool, GM_CALL_EVENT_QUERY, be->ops->event_query(be, pg->run_fence)) == GM_OK;
-}
-
 /* Mark pages [h, h + n) mapped to handle phys as one run: the pages without users go on the
  * idle list, and the run on its idle list if none is in use. */
 static void run_note_mapped(gm_arena *a, size_t h, size_t n, gm_phys phys)
@@ -441,15 +393,13 @@ static gm_status run_unmap(gm_pool *pool, gm_arena *a, size_t h, gm_phys *phys)
     gm_backend *be = pool->backend;
     size_t gran = pool->granularity, n = a->pages[h].run_len;
     GM_ASSERT(a->pages[h].run == h && a->pages[h].run_busy == 0);
-    if (!run_quiet(pool, a, h))
-        sync_streams_locked(pool);
+    sync_streams_locked(pool);
     gm_status st = DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, page_addr(a, h, gran),
                                                                     n * gran));
     if (st != GM_OK)
         return st;
     *phys = a->pages[h].phys;
     run_idle_remove(a, h);
-    run_fence_drop(pool, a, h);
     for (size_t p = h; p < h + n; p++) {
         idle_remove(a, p);
         a->pages[p].phys = 0;
@@ -519,32 +469,18 @@ static size_t idle_run_find(const gm_arena *a, size_t max_pages)
     return PAGE_NONE;
 }
 
-/* The idle run of arena a that recycling takes: the longest of at most max_pages pages, among
- * those a quiet one (run_quiet: unmapped without a wait) if one of the first FENCE_SCAN is. */
-static size_t idle_run_pick(gm_pool *pool, const gm_arena *a, size_t max_pages)
-{
-    size_t h = idle_run_find(a, max_pages);
-    if (h == PAGE_NONE)
-        return h;
-    size_t q = h;
-    for (int k = 0; k < FENCE_SCAN && q != PAGE_NONE; k++, q = a->pages[q].run_next)
-        if (run_quiet(pool, a, q))
-            return q;
-    return h;
-}
-
 /* Move an idle run of the pool (this arena's first) of at most max_pages pages to pages
  * [p, ...) of arena a: an unmap and a map, no new memory. Its length in *moved (0: none). */
 static gm_status run_recycle(gm_pool *pool, gm_arena *a, size_t p, size_t max_pages,
                              size_t *moved)
 {
     gm_arena *from = a;
-    size_t h = a->idle_pages ? idle_run_pick(pool, a, max_pages) : PAGE_NONE;
+    size_t h = a->idle_pages ? idle_run_find(a, max_pages) : PAGE_NONE;
     for (size_t i = 0; h == PAGE_NONE && i < pool->heap_count; i++)
         for (int k = 0; h == PAGE_NONE && k < ARENA_COUNT; k++) {
             from = &pool->heaps[i].arenas[k];
             if (from != a && from->idle_pages)
-                h = idle_run_pick(pool, from, max_pages);
+                h = idle_run_find(from, max_pages);
         }
     *moved = 0;
     if (h == PAGE_NONE)
@@ -653,7 +589,6 @@ static void page_user_drop(gm_pool *pool, gm_arena *a, size_t p)
     if (--a->pages[h].run_busy)
         return;
     run_idle_push(a, h);
-    run_fence_set(pool, a, h);
     if (pool->cfg.release == GM_RELEASE_EAGER)
         (void)run_release(pool, a, h);
 }
@@ -672,10 +607,8 @@ gm_status pages_acquire_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_
         vmm_page *pg = &a->pages[p];
         if (pg->users++ == 0 && pg->phys) {
             idle_remove(a, p);
-            if (a->pages[pg->run].run_busy++ == 0) {
+            if (a->pages[pg->run].run_busy++ == 0)
                 run_idle_remove(a, pg->run);
-                run_fence_drop(pool, a, pg->run);
-            }
         }
     }
     gm_status st = GM_OK;

@@ -6,21 +6,24 @@
  *     Thread,Time,Action,Pointer,Size,Stream
  *     12345,0.000012345,allocate,0x7f0000000000,1048576,0x0
  *
- * Thread: the OS thread id; Time: seconds since the pool was created; Action: allocate,
- * allocate failure or free; Size: the requested bytes (a free gives its block's, which gm_free
- * passes from the pool's live map); Stream: the stream, hex. A name ending in ".gz" is written
- * gzip-compressed through zlib (libz.so.1, loaded at run time: the library does not link it).
+ * Thread: the OS thread id; Time: seconds since the pool was created, to about a millisecond
+ * (below); Action: allocate, allocate failure or free; Size: the requested bytes (a free gives
+ * its block's, which gm_free passes from the pool's live map); Stream: the stream, hex. A name
+ * ending in ".gz" is written gzip-compressed through zlib (libz.so.1, loaded at run time: the
+ * library does not link it).
  *
  * Ordering: an allocation is recorded after it succeeded and a free before the block is given
  * back, so a pointer's free always precedes its next allocation in the file, whatever the
  * threads do. Every tracing_* call comes under the pool lock (a traced pool has no thread
  * caches), and that lock is the only one a record takes: the calling thread appends a 40-byte
- * binary record (time from the TSC on x86-64) to the current buffer of a ring of 8 buffers of
- * 8192, about 20 instructions. A full buffer goes to a writer thread under the tracer's mutex;
- * the writer formats it as text by hand (no printf), compresses and writes it, and takes the
- * buffers in ring order. When every buffer is full (a writer slower than the program, e.g.
- * gzip in a back-to-back replay) the program waits for the writer under the pool lock: no
- * record is ever dropped. gm_pool_destroy hands over the last buffer and joins the writer.
+ * binary record to the current buffer of a ring of 8 buffers of 8192 (about 20 instructions,
+ * no clock read: the record takes the time of a clock the writer thread advances every
+ * millisecond and while it formats; a TSC read per record cost more than the allocator's 10 %
+ * on dev). A full buffer goes to the writer under the tracer's mutex; the writer formats it as
+ * text by hand (no printf), compresses and writes it, taking the buffers in ring order. When
+ * every buffer is full (a writer slower than the program, e.g. gzip in a back-to-back replay)
+ * the program waits for the writer under the pool lock: no record is ever dropped.
+ * gm_pool_destroy hands over the last buffer and joins the writer.
  * Movable blocks (gm_alloc_movable) are not traced: their addresses change.
  * Cost: only when tracing is on (gm_alloc / gm_free test one pool field otherwise);
  * docs/tracing.md has the measurement.
@@ -40,6 +43,9 @@
 /* A ring of RING buffers of RECORDS records (2.5 MiB, touched at open: no page fault on the
  * hot path); the text of one buffer is formatted into `text` before it is written. */
 enum { RECORDS = 8192, RING = 8, LINE_MAX_BYTES = 128 };
+/* The records' clock ticks every TICK_NS, and every IDLE_TICK_NS once no record came for
+ * IDLE_TICKS ticks (an idle program then costs the writer 100 wake-ups a second, not 1000). */
+enum { TICK_NS = 1000000, IDLE_TICK_NS = 10000000, IDLE_TICKS = 100 };
 enum { REC_ALLOC = 0, REC_FAILURE = 1, REC_FREE = 2 };
 
 typedef void *gz_file;
@@ -50,7 +56,7 @@ typedef struct zlib_api {
 } zlib_api;
 
 typedef struct record {
-    uint64_t ticks;   /* clock_ticks() */
+    uint64_t ns;      /* gm_trace.now when it was appended */
     uintptr_t ptr;
     uint64_t size;
     uintptr_t stream;
@@ -62,8 +68,11 @@ struct gm_trace {
     char pad0[64];
     /* The program's side, under the pool lock (never the mutex below): the fill position, on a
      * cache line that nothing the writer writes shares (the pads). */
-    record *next, *end; /* the next free record and the end of ring[fill] */
+    _Atomic(record *) next; /* the next free record (relaxed: the writer only looks whether
+                             * it moved, to slow its clock when the program is idle) */
+    record *end;            /* the end of ring[fill] */
     unsigned fill;      /* the ring buffer being filled */
+    _Atomic uint64_t now; /* the records' clock (tick()): ns since open, to TICK_NS */
     char pad1[64];
     /* The hand-over, under `lock`: buffers fill, fill+1, ... in ring order; the writer takes
      * them in the same order. */
@@ -82,8 +91,7 @@ struct gm_trace {
     gz_file gz;
     zlib_api z;
     void *zlib;      /* dlopen handle */
-    uint64_t t0_ns, t0_ticks; /* CLOCK_MONOTONIC and clock_ticks() at open */
-    uint64_t last_ns;         /* the last Time written: Time never goes back in the file */
+    uint64_t t0_ns;  /* CLOCK_MONOTONIC at open */
     char *text;      /* formatted lines of one buffer */
     int failed;      /* a write failed (disk full?): the rest is dropped */
 };
@@ -95,18 +103,12 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* A cheap clock for records: the TSC on x86-64 (converted to seconds by the writer against
- * CLOCK_MONOTONIC), else CLOCK_MONOTONIC ns (whose vDSO call costs ~50 ns in a VM). */
-static inline uint64_t clock_ticks(void)
-{
-#if defined(__x86_64__)
-    return __builtin_ia32_rdtsc();
-#else
-    return mono_ns();
-#endif
-}
-
 static _Thread_local uint32_t tls_tid; /* the OS thread id, once known */
+
+static inline record *next_of(gm_trace *t)
+{
+    return atomic_load_explicit(&t->next, memory_order_relaxed);
+}
 
 /* ---- output (the writer thread) ------------------------------------------------------------ */
 
@@ -146,17 +148,12 @@ static char *put_hex(char *p, uint64_t v)
     return p;
 }
 
-/* Ticks since open -> ns: on x86-64 the TSC's rate, measured against CLOCK_MONOTONIC over the
- * trace's life so far (a constant-rate TSC: every x86-64 CPU this runs on has one). */
-static double ns_per_tick(const gm_trace *t)
+/* The records' clock: ns since open, which the writer advances every TICK_NS (and while it
+ * formats), so that a record costs a load instead of a clock read (the TSC's ~18 ns under the
+ * pool lock on dev was most of a record's cost: docs/tracing.md, "Cost"). */
+static void tick(gm_trace *t)
 {
-#if defined(__x86_64__)
-    uint64_t dt = clock_ticks() - t->t0_ticks, dn = mono_ns() - t->t0_ns;
-    return dt ? (double)dn / (double)dt : 0;
-#else
-    (void)t;
-    return 1;
-#endif
+    atomic_store_explicit(&t->now, mono_ns() - t->t0_ns, memory_order_relaxed);
 }
 
 static void format_records(gm_trace *t, const record *r, size_t n)
@@ -165,14 +162,11 @@ static void format_records(gm_trace *t, const record *r, size_t n)
         const char *s;
         size_t n;
     } actions[] = {{"allocate", 8}, {"allocate failure", 16}, {"free", 4}};
-    double scale = ns_per_tick(t);
-    uint64_t last = t->last_ns;
     char *p = t->text;
     for (size_t i = 0; i < n; i++, r++) {
-        uint64_t ns = (uint64_t)((double)(r->ticks - t->t0_ticks) * scale);
-        if (ns < last) /* the scale's estimate moved between buffers, or a TSC skew */
-            ns = last;
-        last = ns;
+        if (!(i & 1023))
+            tick(t);
+        uint64_t ns = r->ns;
         p = put_dec(p, r->tid);
         *p++ = ',';
         p = put_dec(p, ns / 1000000000u);
@@ -192,17 +186,30 @@ static void format_records(gm_trace *t, const record *r, size_t n)
         p = put_hex(p, r->stream);
         *p++ = '\n';
     }
-    t->last_ns = last;
     write_text(t, t->text, (size_t)(p - t->text));
 }
 
 static void *writer_main(void *arg)
 {
     gm_trace *t = arg;
+    record *seen = NULL; /* the fill position at the last tick */
+    unsigned quiet = 0;  /* ticks since it last moved */
     pthread_mutex_lock(&t->lock);
     for (;;) {
-        while (!t->pending && !t->stop)
-            pthread_cond_wait(&t->work, &t->lock);
+        while (!t->pending && !t->stop) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_nsec += quiet < IDLE_TICKS ? TICK_NS : IDLE_TICK_NS;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&t->work, &t->lock, &ts);
+            tick(t);
+            record *now_at = next_of(t);
+            quiet = now_at == seen ? quiet + (quiet < IDLE_TICKS) : 0;
+            seen = now_at;
+        }
         if (!t->pending)
             break; /* stop, nothing left */
         unsigned i = t->head;
@@ -221,8 +228,9 @@ static void *writer_main(void *arg)
 static void fill_at(gm_trace *t, unsigned i)
 {
     t->fill = i;
-    t->next = t->ring + (size_t)i * RECORDS;
-    t->end = t->next + RECORDS;
+    record *r = t->ring + (size_t)i * RECORDS;
+    atomic_store_explicit(&t->next, r, memory_order_relaxed);
+    t->end = r + RECORDS;
 }
 
 /* Hand ring[fill] to the writer and move to the next buffer, waiting while the writer still
@@ -230,7 +238,7 @@ static void fill_at(gm_trace *t, unsigned i)
 static void hand_over(gm_trace *t)
 {
     pthread_mutex_lock(&t->lock);
-    t->counts[t->fill] = (size_t)(t->next - (t->ring + (size_t)t->fill * RECORDS));
+    t->counts[t->fill] = (size_t)(next_of(t) - (t->ring + (size_t)t->fill * RECORDS));
     t->pending++;
     pthread_cond_signal(&t->work);
     while (t->pending == RING)
@@ -239,10 +247,10 @@ static void hand_over(gm_trace *t)
     fill_at(t, (t->fill + 1) % RING);
 }
 
-static void put(record *r, uint32_t kind, uintptr_t ptr, size_t size, gm_stream stream,
-                uint32_t tid)
+static void put(gm_trace *t, record *r, uint32_t kind, uintptr_t ptr, size_t size,
+                gm_stream stream, uint32_t tid)
 {
-    r->ticks = clock_ticks();
+    r->ns = atomic_load_explicit(&t->now, memory_order_relaxed);
     r->ptr = ptr;
     r->size = size;
     r->stream = (uintptr_t)stream;
@@ -256,9 +264,11 @@ static __attribute__((noinline)) void append_slow(gm_trace *t, uintptr_t ptr, si
 {
     if (!tls_tid)
         tls_tid = (uint32_t)syscall(SYS_gettid);
-    if (t->next == t->end)
+    if (next_of(t) == t->end)
         hand_over(t);
-    put(t->next++, kind, ptr, size, stream, tls_tid);
+    record *r = next_of(t);
+    atomic_store_explicit(&t->next, r + 1, memory_order_relaxed);
+    put(t, r, kind, ptr, size, stream, tls_tid);
 }
 
 /* The hot path: the pool lock serializes every caller, so a record is appended with no lock
@@ -267,14 +277,14 @@ static __attribute__((noinline)) void append_slow(gm_trace *t, uintptr_t ptr, si
 static inline void append(gm_trace *t, uintptr_t ptr, size_t size, gm_stream stream,
                           uint32_t kind)
 {
-    record *r = t->next;
+    record *r = next_of(t);
     uint32_t tid = tls_tid;
     if (GM_UNLIKELY(r == t->end || !tid)) {
         append_slow(t, ptr, size, stream, kind);
         return;
     }
-    t->next = r + 1;
-    put(r, kind, ptr, size, stream, tid);
+    atomic_store_explicit(&t->next, r + 1, memory_order_relaxed);
+    put(t, r, kind, ptr, size, stream, tid);
 }
 
 /* ---- the interface pool.c calls ------------------------------------------------------------- */
@@ -313,7 +323,11 @@ gm_status tracing_open(const char *path, gm_trace **out, char *why, size_t n)
     prefault(t->text, (size_t)RECORDS * LINE_MAX_BYTES);
     fill_at(t, 0);
     pthread_mutex_init(&t->lock, NULL);
-    pthread_cond_init(&t->work, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the writer's tick */
+    pthread_cond_init(&t->work, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_cond_init(&t->room, NULL);
     if (ends_with(path, ".gz")) {
         t->zlib = dlopen("libz.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -339,8 +353,7 @@ gm_status tracing_open(const char *path, gm_trace **out, char *why, size_t n)
     }
     static const char header[] = "Thread,Time,Action,Pointer,Size,Stream\n";
     write_text(t, header, sizeof header - 1);
-    t->t0_ns = mono_ns();
-    t->t0_ticks = clock_ticks();
+    t->t0_ns = mono_ns(); /* now = 0 */
     if (pthread_create(&t->writer, NULL, writer_main, t) != 0) {
         snprintf(why, n, "trace %s: cannot start the writer thread", path);
         tracing_close(t);
@@ -371,7 +384,7 @@ void tracing_close(gm_trace *t)
     if (!t)
         return;
     if (t->writer_started) {
-        if (t->next != t->ring + (size_t)t->fill * RECORDS)
+        if (next_of(t) != t->ring + (size_t)t->fill * RECORDS)
             hand_over(t);
         pthread_mutex_lock(&t->lock);
         t->stop = true;

@@ -3,11 +3,12 @@
  * allocate and free is in it with its size and stream, failures as "allocate failure", frees
  * that gm_free refuses are not; ".gz" is compressed; bad paths fail gm_pool_create with a
  * message. Many records (several times what the tracer buffers, plain and gzip) come out
- * complete, in the order they were served, with a Time that never goes back; a writer slower
- * than the program (a pipe that nobody reads yet) makes the program wait and drops nothing; in
- * a two-thread recording every free names a live pointer and every allocation a free one. With
- * a directory argument it also leaves a recorded workload there (workload.csv.gz) and prints
- * its peak live bytes, for tests/cli/test_trace_replay.sh to replay with the CLI.
+ * complete, in the order they were served, with a Time that never goes back; Time moves while
+ * the program sleeps; a writer slower than the program (a pipe that nobody reads yet) makes
+ * the program wait and drops nothing; gm_pool_trace_stop completes the file of a live pool; in
+ * a two-thread recording every free names a live pointer and every allocation a free one.
+ * With a directory argument it also leaves a recorded workload there (workload.csv.gz) and
+ * prints its peak live bytes, for tests/cli/test_trace_replay.sh to replay with the CLI.
  */
 #include "gpumem.h"
 #include "sim_setup.h"
@@ -311,6 +312,31 @@ static void test_slow_writer(void)
     unlink(file);
 }
 
+/* Time: the records' clock (the writer's: every millisecond, every 10 once the program has
+ * been idle for 100) moves while the program sleeps between two calls, long enough for the
+ * clock to slow down. */
+static void test_time_moves(void)
+{
+    char file[700];
+    path_in(file, sizeof file, "time.csv");
+    gm_backend *be = sim_new(0, 0, 0);
+    gm_pool *p = traced_pool(be, file);
+    void *a;
+    CHECK_OK(gm_alloc(p, 4096, NULL, &a));
+    sleep_ms(300);
+    CHECK_OK(gm_free(p, a, NULL));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+    char *text = slurp(file);
+    const char *q = strchr(text, '\n') + 1;
+    line l1, l2;
+    REQUIRE(next_line(&q, &l1) == 1 && next_line(&q, &l2) == 1);
+    CHECK(l1.kind == 0 && l2.kind == 2);
+    CHECK(l2.time - l1.time >= 0.2); /* 100 ms of room for a late tick on a busy machine */
+    CHECK(l2.time < 60);
+    free(text);
+}
+
 /* In a many-thread trace, every free names a live pointer and every allocation a free one:
  * a pointer's free precedes its next allocation in the file. Returns the violations. */
 static size_t order_violations(const char *text)
@@ -343,6 +369,46 @@ static size_t order_violations(const char *text)
     }
     free(live);
     return bad;
+}
+
+/* gm_pool_trace_stop: the file is whole at once (every record so far, across several
+ * buffers, gzip's end written), later calls are not in it, a second stop and a NULL pool are
+ * handled, and the pool goes on serving. */
+static void test_stop(void)
+{
+    char file[700];
+    path_in(file, sizeof file, "stop.csv.gz");
+    gm_backend *be = sim_new(0, 0, 0);
+    gm_pool *p = traced_pool(be, file);
+    void *live[16] = {0};
+    size_t ops = 0;
+    for (int i = 0; i < 20000; i++) { /* more than two buffers of records */
+        void **slot = &live[i % 16];
+        if (*slot) {
+            CHECK_OK(gm_free(p, *slot, NULL));
+            *slot = NULL;
+        } else {
+            CHECK_OK(gm_alloc(p, 1000 + (size_t)i, NULL, slot));
+        }
+        ops++;
+    }
+    CHECK_OK(gm_pool_trace_stop(p));
+    char *text = slurp(file); /* before the pool is destroyed */
+    CHECK_EQ_U(count_lines(text, "\n"), ops + 1);
+    CHECK_EQ_U(order_violations(text), 0);
+    free(text);
+    for (int k = 0; k < 16; k++) /* not traced any more */
+        if (live[k])
+            CHECK_OK(gm_free(p, live[k], NULL));
+    CHECK_OK(gm_alloc(p, 4096, NULL, &live[0]));
+    CHECK_OK(gm_free(p, live[0], NULL));
+    CHECK_OK(gm_pool_trace_stop(p));
+    CHECK_STATUS(gm_pool_trace_stop(NULL), GM_ERR_INVALID_ARGUMENT);
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+    text = slurp(file);
+    CHECK_EQ_U(count_lines(text, "\n"), ops + 1);
+    free(text);
 }
 
 /* The recorded workload: two threads, each on its own stream, allocating and freeing a
@@ -422,6 +488,8 @@ int main(int argc, char **argv)
     test_many("many.csv");
     test_many("many.csv.gz");
     test_slow_writer();
+    test_time_moves();
+    test_stop();
     record_workload();
     return check_summary();
 }

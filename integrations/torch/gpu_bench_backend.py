@@ -7,7 +7,8 @@
 
 Three allocators -- PyTorch's default, PyTorch with expandable_segments:True, and gpumem
 (gpumem.torch.enable(), library defaults; also gpumem-vmm = segments=vmm and gpumem-vmm1 =
-segments=vmm,vmm_run_pages=1 when named in --allocators) -- on three workloads, each run in its own process,
+segments=vmm,vmm_run_pages=1, gpumem-vmm-grow = segments=vmm,release=on_oom,cache_disable=1
+when named in --allocators) -- on three workloads, each run in its own process,
 interleaved (rep 1: every allocator on every workload, then rep 2, ...):
 
   gpt2     GPT-2 small training (gpt2_train of tools/torch_record_traces.py, as
@@ -36,7 +37,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 ALLOCATORS = ["default", "expandable", "gpumem"]
 # gpumem's settings per allocator name (GPUMEM_CONF syntax); None = library defaults
-GPUMEM_CONFS = {"gpumem": None, "gpumem-vmm": "segments=vmm", "gpumem-vmm1": "segments=vmm,vmm_run_pages=1"}
+GPUMEM_CONFS = {"gpumem": None, "gpumem-vmm": "segments=vmm", "gpumem-vmm1": "segments=vmm,vmm_run_pages=1",
+                # VMM that never unmaps on the hot path (pages are created and mapped as the pool
+                # grows, idle ones moved only at the reserve limit), without the size cache
+                "gpumem-vmm-grow": "segments=vmm,release=on_oom,cache_disable=1"}
 WORKLOADS = ["gpt2", "dyn", "side"]
 
 
@@ -134,6 +138,7 @@ def worker_run(allocator, name, steps, warmup):
     torch = start(allocator)
     times, losses = run_workload(torch, name, steps)
     res = {"allocator": allocator, "workload": name, "median_ms": statistics.median(times[warmup:]),
+           "sum_ms": sum(times[warmup:]),  # the same shapes for every allocator: the fairer total
            "ms": times, "losses": losses, "peak_reserved": torch.cuda.max_memory_reserved(),
            "peak_live": torch.cuda.max_memory_allocated(),
            "device_allocs": torch.cuda.memory_stats().get("num_device_alloc")}
