@@ -9,6 +9,7 @@
  * Bounds: stats, snapshot and check are O(blocks + mapped pages).
  */
 #include "internal.h"
+#include "json.h"
 #include "strategy.h"
 
 #include <inttypes.h>
@@ -72,34 +73,6 @@ gm_status gm_pool_stats(gm_pool *pool, gm_stats *out)
 
 /* ---------------------------------------------------------------- snapshot */
 
-typedef struct json_out {
-    gm_write_fn write;
-    void *user;
-    size_t len;
-    bool failed;
-    char buf[4096];
-} json_out;
-
-static void json_flush(json_out *j)
-{
-    if (j->len && !j->failed && j->write(j->user, j->buf, j->len) != 0)
-        j->failed = true;
-    j->len = 0;
-}
-
-static void json_put(json_out *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void json_put(json_out *j, const char *fmt, ...)
-{
-    if (sizeof j->buf - j->len < 512)
-        json_flush(j);
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(j->buf + j->len, sizeof j->buf - j->len, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        j->len += (size_t)n < sizeof j->buf - j->len ? (size_t)n : sizeof j->buf - j->len - 1;
-}
-
 static const char *block_state(const gm_block *b)
 {
     return block_is_free(b)                ? "free"
@@ -115,88 +88,95 @@ static size_t span_mapped_bytes(const gm_span *s)
     return vmm_range_of(s->arena, s->base)->mapped << s->arena->page_shift;
 }
 
-/* `peers`: the JSON list of devices that may access the span ("[1,3]"). */
-static void snapshot_span(const gm_pool *pool, json_out *j, const gm_span *s, bool first_span,
-                          const char *peers)
+/* Device ordinals of a peers bitmask as a JSON array. */
+static void peers_array(jw *j, const char *key, uint64_t peers)
+{
+    jw_begin_array(j, key);
+    for (int d = 0; d < 64; d++)
+        if (peers >> d & 1)
+            jw_i64(j, NULL, d);
+    jw_end_array(j);
+}
+
+static void snapshot_span(const gm_pool *pool, jw *j, const gm_span *s, uint64_t peers)
 {
     const gm_arena *a = s->arena;
-    json_put(j, "%s\n{\"address\":\"0x%" PRIxPTR "\",\"size\":%zu,\"mapped_bytes\":%zu,"
-                "\"kind\":\"%s\",\"segments\":\"%s\",\"stream\":\"0x%" PRIxPTR "\",\"peers\":%s,"
-                "\"blocks\":[",
-             first_span ? "" : ",", s->base, s->size, span_mapped_bytes(s),
-             a->kind == ARENA_SMALL ? "small" : "large", s->vmm ? "vmm" : "plain",
-             (uintptr_t)a->heap->stream, peers); /* the default stream is 0x0, not "(nil)" */
+    jw_begin_object(j, NULL);
+    jw_hex(j, "address", s->base);
+    jw_u64(j, "size", s->size);
+    jw_u64(j, "mapped_bytes", span_mapped_bytes(s));
+    jw_string(j, "kind", a->kind == ARENA_SMALL ? "small" : "large");
+    jw_string(j, "segments", s->vmm ? "vmm" : "plain");
+    jw_hex(j, "stream", (uintptr_t)a->heap->stream); /* the default stream is 0x0, not "(nil)" */
+    peers_array(j, "peers", peers);
+    jw_begin_array(j, "blocks");
     for (const gm_block *b = s->first; b; b = b->phys_next) {
         size_t exports = share_block_exports_locked(pool, b);
-        json_put(j, "%s{\"address\":\"0x%" PRIxPTR "\",\"size\":%zu,\"requested\":%zu,"
-                    "\"state\":\"%s\"",
-                 b == s->first ? "" : ",", b->addr, b->size, b->requested, block_state(b));
-        if (exports)
-            json_put(j, ",\"ipc_exports\":%zu,\"held\":%s", exports,
-                     b->flags & BLOCK_HELD ? "true" : "false");
-        json_put(j, "}");
+        jw_begin_object(j, NULL);
+        jw_hex(j, "address", b->addr);
+        jw_u64(j, "size", b->size);
+        jw_u64(j, "requested", b->requested);
+        jw_string(j, "state", block_state(b));
+        if (exports) {
+            jw_u64(j, "ipc_exports", exports);
+            jw_bool(j, "held", b->flags & BLOCK_HELD);
+        }
+        jw_end_object(j);
     }
-    json_put(j, "]}");
+    jw_end_array(j);
+    jw_end_object(j);
 }
 
-static void peers_json(const gm_stats *st, char *buf, size_t len)
+static void snapshot_stats(jw *j, const gm_stats *st)
 {
-    size_t n = (size_t)snprintf(buf, len, "[");
-    for (int d = 0; d < 64 && n < len; d++)
-        if (st->peer_devices >> d & 1)
-            n += (size_t)snprintf(buf + n, len - n, "%s%d", n > 1 ? "," : "", d);
-    if (n < len)
-        snprintf(buf + n, len - n, "]");
-}
-
-static void snapshot_stats(json_out *j, const gm_stats *st)
-{
-    json_put(j, "\"stats\":{\"live_bytes\":%zu,\"peak_live_bytes\":%zu,\"allocated_bytes\":%zu,"
-                "\"peak_allocated_bytes\":%zu,\"reserved_bytes\":%zu,\"peak_reserved_bytes\":%zu,"
-                "\"live_blocks\":%zu,\"segments\":%zu,\"internal_frag_bytes\":%zu,"
-                "\"total_free_bytes\":%zu,\"largest_free_bytes\":%zu,\"frag_rate\":%.6f,"
-                "\"device\":%d,\"peer_shared_bytes\":%zu,\"exported_blocks\":%zu,"
-                "\"exported_bytes\":%zu,\"export_held_blocks\":%zu}",
-             st->live_bytes, st->peak_live_bytes, st->allocated_bytes, st->peak_allocated_bytes,
-             st->reserved_bytes, st->peak_reserved_bytes, st->live_blocks, st->segments,
-             st->internal_frag_bytes, st->total_free_bytes, st->largest_free_bytes,
-             st->frag_rate, st->device, st->peer_shared_bytes, st->exported_blocks,
-             st->exported_bytes, st->export_held_blocks);
+    jw_begin_object(j, "stats");
+    jw_u64(j, "live_bytes", st->live_bytes);
+    jw_u64(j, "peak_live_bytes", st->peak_live_bytes);
+    jw_u64(j, "allocated_bytes", st->allocated_bytes);
+    jw_u64(j, "peak_allocated_bytes", st->peak_allocated_bytes);
+    jw_u64(j, "reserved_bytes", st->reserved_bytes);
+    jw_u64(j, "peak_reserved_bytes", st->peak_reserved_bytes);
+    jw_u64(j, "live_blocks", st->live_blocks);
+    jw_u64(j, "segments", st->segments);
+    jw_u64(j, "internal_frag_bytes", st->internal_frag_bytes);
+    jw_u64(j, "total_free_bytes", st->total_free_bytes);
+    jw_u64(j, "largest_free_bytes", st->largest_free_bytes);
+    jw_double(j, "frag_rate", st->frag_rate);
+    jw_i64(j, "device", st->device);
+    jw_u64(j, "peer_shared_bytes", st->peer_shared_bytes);
+    jw_u64(j, "exported_blocks", st->exported_blocks);
+    jw_u64(j, "exported_bytes", st->exported_bytes);
+    jw_u64(j, "export_held_blocks", st->export_held_blocks);
+    jw_end_object(j);
 }
 
 gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
 {
     if (!pool || !write)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_snapshot", "pool or writer is NULL");
-    json_out *j = gm_host_malloc(sizeof *j);
+    jw *j = gm_host_malloc(sizeof *j);
     gm_mutex_lock(&pool->lock);
     if (!j)
         return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
                                                   "gm_pool_snapshot: host memory exhausted"));
-    j->write = write;
-    j->user = user;
-    j->len = 0;
-    j->failed = false;
+    jw_init(j, write, user, true);
     tcache_stop_world_locked(pool);
     gm_stats st;
     fill_stats_locked(pool, &st);
-    char peers[256];
-    peers_json(&st, peers, sizeof peers);
-    json_put(j, "{\"device\":%d,\"peers\":%s,\"granularity\":%zu,\"segments\":[", st.device,
-             peers, pool->granularity);
-    bool first = true;
+    jw_begin_object(j, NULL);
+    jw_i64(j, "device", st.device);
+    peers_array(j, "peers", st.peer_devices);
+    jw_u64(j, "granularity", pool->granularity);
+    jw_begin_array(j, "segments");
     for (size_t h = 0; h < pool->heap_count && !j->failed; h++)
         for (int k = 0; k < ARENA_COUNT; k++)
-            for (const gm_span *s = pool->heaps[h].arenas[k].spans; s && !j->failed; s = s->next) {
-                snapshot_span(pool, j, s, first, peers);
-                first = false;
-            }
-    json_put(j, "\n],");
+            for (const gm_span *s = pool->heaps[h].arenas[k].spans; s && !j->failed; s = s->next)
+                snapshot_span(pool, j, s, st.peer_devices);
+    jw_end_array(j);
     snapshot_stats(j, &st);
-    json_put(j, "}\n");
-    json_flush(j);
+    jw_end_object(j);
+    bool failed = jw_finish(j) != 0;
     tcache_start_world_locked(pool);
-    bool failed = j->failed;
     free(j);
     return pool_unlock(pool, failed ? pool_fail_locked(pool, GM_ERR_ABORTED,
                                                        "gm_pool_snapshot: the writer returned "

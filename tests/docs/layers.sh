@@ -34,6 +34,7 @@ counters 13
 config 12
 tracing 12
 error 11
+json 6
 debug 6
 lock 6
 cuda 9

@@ -14,6 +14,7 @@
 #define GM_CLI_H
 
 #include "gpumem.h"
+#include "json.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -109,28 +110,18 @@ void settings_value_text(size_t i, const cli_settings *s, char *buf, size_t n);
 /* "1.58 GiB" style. */
 void format_bytes(uint64_t bytes, char *buf, size_t n);
 
-/* ---- jsonw.c --------------------------------------------------------------------------- */
+/* ---- JSON: the library's writer (src/json.h), to a FILE -------------------------------- */
 
-enum { JW_MAX_DEPTH = 32 };
-typedef struct jw {
-    FILE *f;
-    int depth;
-    int count[JW_MAX_DEPTH]; /* members written at each open level */
-} jw;
+static inline int jw_file_write(void *f, const char *data, size_t len)
+{
+    return fwrite(data, 1, len, (FILE *)f) == len ? 0 : -1;
+}
 
-void jw_init(jw *w, FILE *f);
-void jw_begin_object(jw *w, const char *key); /* key NULL inside arrays / at top level */
-void jw_end_object(jw *w);
-void jw_begin_array(jw *w, const char *key);
-void jw_end_array(jw *w);
-void jw_string(jw *w, const char *key, const char *value);
-void jw_u64(jw *w, const char *key, uint64_t value);
-void jw_double(jw *w, const char *key, double value); /* non-finite: null */
-void jw_raw(jw *w, const char *key, const char *json); /* value already in JSON */
-void jw_finish(jw *w);                                /* final newline */
-/* Write `s` as a JSON string literal (quotes included). `html_safe` also escapes '<' so the
- * text can sit inside an HTML <script>. */
-void json_write_string(FILE *f, const char *s, size_t len, int html_safe);
+/* Pretty-printed (two-space indentation) JSON to f; jw_finish writes what is buffered. */
+static inline void jw_init_file(jw *w, FILE *f)
+{
+    jw_init(w, jw_file_write, f, false);
+}
 
 /* ---- replay.c -------------------------------------------------------------------------- */
 

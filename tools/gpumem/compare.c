@@ -278,7 +278,7 @@ int cmd_compare(int argc, char **argv)
         return rc;
     }
     jw w;
-    jw_init(&w, stdout);
+    jw_init_file(&w, stdout);
     if (o.json)
         jw_begin_array(&w, NULL);
     rc = EXIT_OK_;

@@ -38,7 +38,7 @@ static void json_fields(jw *w, const gm_device_info *d)
 static void print_json(const gm_device_info *d, int n)
 {
     jw w;
-    jw_init(&w, stdout);
+    jw_init_file(&w, stdout);
     jw_begin_object(&w, NULL);
     json_fields(&w, &d[0]);
     jw_begin_array(&w, "devices");

@@ -280,7 +280,7 @@ static int write_outputs(const cli_options *o, trace *traces, replay_result *res
 {
     if (o->json) {
         jw w;
-        jw_init(&w, stdout);
+        jw_init_file(&w, stdout);
         if (n > 1)
             jw_begin_array(&w, NULL);
         for (size_t i = 0; i < n; i++)
