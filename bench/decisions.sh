@@ -18,7 +18,7 @@ import json, sys
 def strip(x):
     if isinstance(x, dict):
         return {k: strip(v) for k, v in x.items()
-                if "time" not in k and k not in ("host_ns", "ns_per_op", "trace")}
+                if "time" not in k and not k.startswith("ns_per_op") and k not in ("host_ns", "trace")}
     if isinstance(x, list):
         return [strip(v) for v in x]
     return x
