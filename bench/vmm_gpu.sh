@@ -1,14 +1,13 @@
 #!/bin/bash
 # On the GPU machine, one command (issue 18; docs/benchmarks.md, "VMM pages in runs"):
-#  1. record the two multi-stream workloads of tools/torch_record_traces.py (side_prefetch,
-#     comm_overlap) into OUT/traces;
-#  2. REPS rounds, interleaved: PyTorch's default allocator and expandable_segments
+#  1. REPS rounds, interleaved: PyTorch's default allocator and expandable_segments
 #     (tools/torch_replay.py's extension, one process per allocator per round, every trace in
-#     it, torch.cuda.empty_cache() between traces), then `gpumem replay --backend cuda` with
-#     plain segments and with VMM, on traces/*.csv.gz and the recorded ones; the recorded ones
-#     also on the sim (sim vs GPU reserved/live);
-#  3. the smallest budgets: bench/torch_min_budget.py for both PyTorch allocators, and
-#     `gpumem replay --min-budget --backend cuda` for the recorded traces (plain and VMM).
+#     it, torch.cuda.empty_cache() between traces; every op on one stream), then
+#     `gpumem replay --backend cuda` with plain segments and with VMM, on traces/*.csv.gz;
+#     the two-stream traces (side_prefetch, comm_overlap) also on the sim (sim vs GPU
+#     reserved/live) and with every op moved to one stream ("merged");
+#  2. the smallest budgets: bench/torch_min_budget.py for both PyTorch allocators, and
+#     `gpumem replay --min-budget --backend cuda` for the two-stream traces (plain and VMM).
 # Every figure is one line in OUT/vmm_gpu.log; medians are taken afterwards.
 # usage: bench/vmm_gpu.sh BUILD_DIR OUT [REPS]   (BUILD_DIR holds tools/gpumem/gpumem)
 set -u
@@ -23,15 +22,8 @@ LOG=$OUT/vmm_gpu.log
 exec > >(tee -a "$LOG") 2>&1
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-for w in side_prefetch comm_overlap; do
-    timeout 120 python3 "$ROOT/tools/torch_record_traces.py" "$w" "$OUT/traces" | sed "s/^/record $w: /"
-done
 TRACES=("$ROOT"/traces/*.csv.gz)
-NEW=()
-for w in side_prefetch comm_overlap; do
-    [ -f "$OUT/traces/$w.csv.gz" ] && NEW+=("$OUT/traces/$w.csv.gz")
-done
-TRACES+=("${NEW[@]}")
+NEW=("$ROOT/traces/side_prefetch.csv.gz" "$ROOT/traces/comm_overlap.csv.gz")
 torch_round() { # CONF REP
     PYTORCH_CUDA_ALLOC_CONF=$1 timeout 240 python3 - "$1" "$2" "${TRACES[@]}" <<'PY'
 import json, os, sys

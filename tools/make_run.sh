@@ -1,5 +1,5 @@
 #!/bin/sh
-# `make run`: replay the three bundled traces (traces/*.csv.gz) on the simulated H200 with the
+# `make run`: replay the six bundled traces (traces/*.csv.gz) on the simulated H200 with the
 # default configuration, print gpumem's reserved/live beside PyTorch's (measured on an H200:
 # docs/anchors.md; copied below as data), gpumem's host time on this machine on its own, and
 # write an HTML report per trace under BUILD_DIR/reports/.
@@ -13,9 +13,14 @@ GPUMEM=$BUILD/tools/gpumem/gpumem
 mkdir -p "$BUILD/reports"
 
 # trace, then PyTorch's reserved/live on the H200: default, expandable_segments, cudaMallocAsync.
+# The last three (dyn_encoder, side_prefetch, comm_overlap; the two last on two streams) were
+# measured in the recording runs themselves (docs/anchors.md); cudaMallocAsync was not run there.
 ANCHORS='gpt2_train 1.088 1.079 1.016
 resnet_train 1.616 1.004 1.010
-gpt2_generate 1.265 1.118 1.289'
+gpt2_generate 1.265 1.118 1.289
+dyn_encoder 1.414 1.058 -
+side_prefetch 1.380 1.131 -
+comm_overlap 1.398 1.111 -'
 
 # A top-level member of gpumem's --json report (two-space indentation), or "-" when absent.
 member() { # member JSON_FILE KEY
