@@ -223,7 +223,7 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
     if (shared)
         spin_lock(&sh->lock);
     size_t j;
-    gm_block *b = bmap_find_block(&sh->map, addr, &j);
+    gm_block *b = bmap_find_entry(&sh->map, addr, &j);
     bool plain = b && !(b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) && !b->handle;
     if (plain) /* out of the live map under the same lock: one lookup */
         bmap_erase(&sh->map, j);

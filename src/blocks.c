@@ -63,28 +63,12 @@ void block_records_free(block_records *r)
     r->spare = NULL;
 }
 
-/* The map's operations are inline (internal.h); growing is not. Shards start small and double
- * as they fill: 64 maps of 1024 slots, zeroed at their first insert, cost a single replay of
- * gpt2_train 11 instructions per operation. */
+/* The map's operations are inline (internal.h, hashmap.h); growing is not. Shards start small
+ * and double as they fill: 64 maps of 1024 slots, zeroed at their first insert, cost a single
+ * replay of gpt2_train 11 instructions per operation. */
 enum { BMAP_FIRST_CAP = 128 };
 
 GM_COLD bool bmap_grow(block_map *m)
 {
-    size_t cap = m->cap ? m->cap * 2 : BMAP_FIRST_CAP;
-    gm_block **slots = gm_host_calloc(cap, sizeof *slots);
-    if (!slots)
-        return false;
-    block_map next = {slots, cap, m->count};
-    for (size_t i = 0; i < m->cap; i++) {
-        gm_block *b = m->slots[i];
-        if (!b)
-            continue;
-        size_t j = bmap_slot(&next, b->addr);
-        while (next.slots[j])
-            j = (j + 1) & (cap - 1);
-        next.slots[j] = b;
-    }
-    free(m->slots);
-    *m = next;
-    return true;
+    return bmap_resize(m, m->cap ? m->cap * 2 : BMAP_FIRST_CAP);
 }

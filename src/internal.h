@@ -21,6 +21,7 @@
 
 #include "backend.h"
 #include "gpumem.h"
+#include "hashmap.h"
 #include "hostmem.h"
 
 #include <assert.h>
@@ -230,17 +231,6 @@ typedef struct gm_cache {
     void (*park)(gm_pool *pool, gm_block *b);
 } gm_cache;
 
-/* Open-addressing map from block address to live block. */
-typedef struct block_map {
-    gm_block **slots;
-    size_t cap, count; /* cap is a power of two; load <= 1/2 */
-} block_map;
-
-/* Live-map operations, inline: gm_alloc, gm_free and the thread caches each make one. Linear
- * probing; a grown map keeps its load <= 1/2, so a probe run is short and every operation
- * O(1) expected. */
-GM_COLD bool bmap_grow(block_map *m); /* blocks.c: double the slots (or allocate the first) */
-
 /* A multiplicative (Fibonacci) hash of an address or size, a multiple of BLOCK_ALIGN: its high
  * bits pick a slot, a shard or a set. */
 static inline uint64_t align_hash(uintptr_t v)
@@ -248,79 +238,28 @@ static inline uint64_t align_hash(uintptr_t v)
     return (uint64_t)(v >> BLOCK_ALIGN_LOG2) * 0x9E3779B97F4A7C15ull;
 }
 
-static inline size_t bmap_slot(const block_map *m, uintptr_t addr)
+/* The live map: block address -> live block, the one hash map (hashmap.h) with the block
+ * record as its entry (the key is the block's own address, no copy). Its operations are
+ * inline: gm_alloc, gm_free and the thread caches each make one. */
+typedef struct block_map block_map;
+GM_COLD bool bmap_grow(block_map *m); /* blocks.c: double the slots (or allocate the first) */
+
+static inline bool bmap_empty(const gm_block *b)
 {
-    return (size_t)(align_hash(addr) >> 32) & (m->cap - 1);
+    return !b;
 }
 
-/* Whether one more entry would take the map's load above 1/2 (bmap_grow first). */
-static inline bool bmap_full(const block_map *m)
+static inline uintptr_t bmap_key(const gm_block *b)
 {
-    return (m->count + 1) * 2 > m->cap;
+    return b->addr;
 }
 
-/* File b; false if host memory is exhausted (the map unchanged). */
-static inline bool bmap_insert(block_map *m, gm_block *b)
-{
-    if (bmap_full(m) && !bmap_grow(m))
-        return false;
-    size_t mask = m->cap - 1, j = bmap_slot(m, b->addr);
-    while (m->slots[j])
-        j = (j + 1) & mask;
-    m->slots[j] = b;
-    m->count++;
-    return true;
-}
-
-/* The block at `addr` with its slot in *slot, or NULL (*slot untouched): a caller that erases
- * what it found has the block without loading its slot again. */
-static inline gm_block *bmap_find_block(const block_map *m, uintptr_t addr, size_t *slot)
-{
-    if (!m->cap)
-        return NULL;
-    size_t mask = m->cap - 1;
-    for (size_t j = bmap_slot(m, addr);; j = (j + 1) & mask) {
-        gm_block *b = m->slots[j];
-        if (!b)
-            return NULL;
-        if (b->addr == addr) {
-            *slot = j;
-            return b;
-        }
-    }
-}
-
-/* The slot of the block at `addr`, or SIZE_MAX. */
-static inline size_t bmap_find(const block_map *m, uintptr_t addr)
-{
-    size_t j = SIZE_MAX;
-    (void)bmap_find_block(m, addr, &j);
-    return j;
-}
+GM_HASHMAP(bmap, block_map, gm_block *, NULL, align_hash)
 
 static inline gm_block *bmap_lookup(const block_map *m, uintptr_t addr)
 {
     size_t j;
-    return bmap_find_block(m, addr, &j);
-}
-
-/* Remove slot j, shifting later entries of its probe run back (no tombstones): the entry at k
- * moves into the hole at j unless its home lies cyclically in (j, k], i.e. unless it is
- * nearer its home than the hole is. */
-static inline void bmap_erase(block_map *m, size_t j)
-{
-    size_t mask = m->cap - 1;
-    m->count--;
-    for (size_t k = (j + 1) & mask;; k = (k + 1) & mask) {
-        gm_block *b = m->slots[k];
-        if (!b)
-            break;
-        if (((k - bmap_slot(m, b->addr)) & mask) >= ((k - j) & mask)) {
-            m->slots[j] = b;
-            j = k;
-        }
-    }
-    m->slots[j] = NULL;
+    return bmap_find_entry(m, addr, &j);
 }
 
 typedef struct block_chunk block_chunk;

@@ -374,7 +374,7 @@ static __attribute__((noinline)) bool file_entry(gm_pool *pool, gm_tcache *tc, u
     live_shard *sh = shard_of(pool, addr);
     spin_lock(&sh->lock);
     size_t j;
-    gm_block *b = bmap_find_block(&sh->map, addr, &j);
+    gm_block *b = bmap_find_entry(&sh->map, addr, &j);
     size_t bytes;
     if (!b || b->extra_count || b->handle || (b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) ||
         b->tag != stream || b->size > TC_BLOCK_MAX ||

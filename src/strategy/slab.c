@@ -72,11 +72,9 @@ typedef struct slab_class {
     size_t free_count;
 } slab_class;
 
-typedef struct addr_map { /* open addressing, linear probing, backward-shift deletion */
-    uintptr_t *keys;      /* 0 = empty (no block starts at address 0) */
-    slab **vals;
-    size_t cap, count;
-} addr_map;
+/* Object address -> its slab: the one hash map (hashmap.h), key and value in one slot (no
+ * block starts at address 0). */
+GM_HASHMAP_KV(amap, addr_map, struct slab *, align_hash)
 
 typedef struct slab_state {
     unsigned steps_log2;
@@ -116,77 +114,27 @@ static size_t slab_objects(size_t size)
 
 /* ---------------------------------------------------------------- address map */
 
-static size_t map_home(const addr_map *m, uintptr_t key)
+static bool amap_grow(addr_map *m)
 {
-    return (size_t)(align_hash(key) >> 32) & (m->cap - 1);
-}
-
-static size_t map_find(const addr_map *m, uintptr_t key)
-{
-    if (!m->cap)
-        return SIZE_MAX;
-    for (size_t j = map_home(m, key);; j = (j + 1) & (m->cap - 1)) {
-        if (!m->keys[j])
-            return SIZE_MAX;
-        if (m->keys[j] == key)
-            return j;
-    }
+    return amap_resize(m, m->cap ? m->cap * 2 : 256);
 }
 
 static slab *map_get(const addr_map *m, uintptr_t key)
 {
-    size_t j = map_find(m, key);
-    return j == SIZE_MAX ? NULL : m->vals[j];
-}
-
-static void map_place(addr_map *m, uintptr_t key, slab *val)
-{
-    size_t j = map_home(m, key);
-    while (m->keys[j])
-        j = (j + 1) & (m->cap - 1);
-    m->keys[j] = key;
-    m->vals[j] = val;
-    m->count++;
+    size_t j;
+    return amap_find_entry(m, key, &j).val;
 }
 
 static bool map_put(addr_map *m, uintptr_t key, slab *val)
 {
-    if ((m->count + 1) * 2 > m->cap) {
-        size_t cap = m->cap ? m->cap * 2 : 256;
-        addr_map next = {gm_host_calloc(cap, sizeof(uintptr_t)),
-                         gm_host_calloc(cap, sizeof(slab *)), cap, 0};
-        if (!next.keys || !next.vals) {
-            free(next.keys);
-            free(next.vals);
-            return false;
-        }
-        for (size_t i = 0; i < m->cap; i++)
-            if (m->keys[i])
-                map_place(&next, m->keys[i], m->vals[i]);
-        free(m->keys);
-        free(m->vals);
-        *m = next;
-    }
-    map_place(m, key, val);
-    return true;
+    return amap_insert(m, (amap_entry){key, val});
 }
 
 static void map_erase(addr_map *m, uintptr_t key)
 {
-    size_t j = map_find(m, key), mask = m->cap - 1;
+    size_t j = amap_find(m, key);
     GM_ASSERT2(j != SIZE_MAX);
-    m->keys[j] = 0;
-    m->count--;
-    for (size_t k = (j + 1) & mask; m->keys[k]; k = (k + 1) & mask) {
-        size_t home = map_home(m, m->keys[k]);
-        bool movable = j <= k ? (home <= j || home > k) : (home <= j && home > k);
-        if (movable) {
-            m->keys[j] = m->keys[k];
-            m->vals[j] = m->vals[k];
-            m->keys[k] = 0;
-            j = k;
-        }
-    }
+    amap_erase(m, j);
 }
 
 /* ---------------------------------------------------------------- space */
@@ -377,8 +325,7 @@ static void slab_fini(strategy_ctx *sc, gm_arena *a)
             st->classes[c].slabs = sl->next;
             free(sl);
         }
-    free(st->map.keys);
-    free(st->map.vals);
+    free(st->map.slots);
     free(st);
     a->state = NULL;
 }
