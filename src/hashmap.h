@@ -38,8 +38,8 @@
  * empty, P_empty and P_key supplied, P_grow declared static (the file defines it).
  * Not thread-safe: the owner serializes (the live map's shards have their own locks).
  *
- * Maps kept apart on purpose: the CLI's trace reader (tools/gpumem/trace.c) has its own
- * pointer -> slot map: the CLI is built on the public API only and does not see src/.
+ * Its users: the pool's live map (internal.h), slab's address map (strategy/slab.c) and the
+ * CLI's trace reader (tools/gpumem/trace.c: logged pointer -> allocation slot).
  */
 #ifndef GM_HASHMAP_H
 #define GM_HASHMAP_H

@@ -15,6 +15,7 @@
  * counted and reported with its line number; with `strict` the first one is fatal.
  */
 #include "cli.h"
+#include "hashmap.h"
 
 #include <errno.h>
 #include <math.h>
@@ -33,78 +34,19 @@ enum {
 _Static_assert(sizeof(size_t) == sizeof(uint64_t), "gpumem's CLI needs 64-bit size_t");
 static const uint32_t ZERO_SLOT = UINT32_MAX; /* map value of a skipped 0-byte allocation */
 
-/* ---- pointer -> slot map ------------------------------------------------------------------ */
+/* ---- pointer -> slot map: the library's one hash map (src/hashmap.h) ---------------------- */
 
-typedef struct ptr_map {
-    uint64_t *keys; /* 0 = empty (null pointers are never inserted) */
-    uint32_t *values;
-    size_t capacity; /* power of two */
-    size_t count;
-} ptr_map;
-
-static size_t map_home(const ptr_map *m, uint64_t key)
+static inline uint64_t ptr_hash(uintptr_t key)
 {
-    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 32) & (m->capacity - 1);
+    return key * 0x9E3779B97F4A7C15ull; /* Fibonacci: its high 32 bits pick the slot */
 }
 
-static int map_init(ptr_map *m, size_t capacity)
-{
-    m->keys = calloc(capacity, sizeof *m->keys);
-    m->values = calloc(capacity, sizeof *m->values);
-    m->capacity = capacity;
-    m->count = 0;
-    return m->keys && m->values ? 0 : -1;
-}
+/* A logged pointer (never 0: null pointers are not inserted) -> its allocation's slot. */
+GM_HASHMAP_KV(pmap, ptr_map, uint32_t, ptr_hash)
 
-static void map_destroy(ptr_map *m)
+static bool pmap_grow(ptr_map *m)
 {
-    free(m->keys);
-    free(m->values);
-}
-
-static size_t map_find(const ptr_map *m, uint64_t key)
-{
-    size_t i = map_home(m, key);
-    while (m->keys[i] && m->keys[i] != key)
-        i = (i + 1) & (m->capacity - 1);
-    return i; /* the key's cell, or the empty cell where it would go */
-}
-
-static int map_grow(ptr_map *m)
-{
-    ptr_map bigger;
-    if (map_init(&bigger, m->capacity * 2) != 0) {
-        map_destroy(&bigger);
-        return -1;
-    }
-    for (size_t i = 0; i < m->capacity; i++) {
-        if (m->keys[i]) {
-            size_t j = map_find(&bigger, m->keys[i]);
-            bigger.keys[j] = m->keys[i];
-            bigger.values[j] = m->values[i];
-        }
-    }
-    bigger.count = m->count;
-    map_destroy(m);
-    *m = bigger;
-    return 0;
-}
-
-/* Remove the key in cell i, shifting later members of its probe run back. */
-static void map_remove_at(ptr_map *m, size_t i)
-{
-    size_t mask = m->capacity - 1;
-    for (size_t j = (i + 1) & mask; m->keys[j]; j = (j + 1) & mask) {
-        size_t home = map_home(m, m->keys[j]);
-        /* j's key may move to i if i lies cyclically in [home, j). */
-        if (((j - home) & mask) >= ((j - i) & mask)) {
-            m->keys[i] = m->keys[j];
-            m->values[i] = m->values[j];
-            i = j;
-        }
-    }
-    m->keys[i] = 0;
-    m->count--;
+    return pmap_resize(m, m->cap ? 2 * m->cap : MAP_MIN_CAPACITY);
 }
 
 /* ---- field scanning ----------------------------------------------------------------------- */
@@ -295,37 +237,29 @@ static int stream_index(reader *r, uint64_t value, uint32_t *out)
 static int on_allocate(reader *r, uint64_t ptr, uint64_t size, uint32_t stream)
 {
     trace *t = r->t;
-    size_t cell = map_find(&r->live, ptr);
-    if (r->live.keys[cell]) {
+    size_t cell = pmap_find(&r->live, ptr);
+    if (cell != SIZE_MAX) {
         if (problem(r, TRACE_DOUBLE_ALLOC,
                     "allocate of 0x%llx, which is still live: treating it as freed first",
                     (unsigned long long)ptr) != 0)
             return -1;
-        uint32_t old = r->live.values[cell];
-        map_remove_at(&r->live, cell);
+        uint32_t old = r->live.slots[cell].val;
+        pmap_erase(&r->live, cell);
         if (old != ZERO_SLOT) {
             trace_op f = {.kind = TRACE_FREE, .slot = old, .stream = stream, .line = r->line,
                           .implied = 1, .time = r->time};
             if (push_op(r, &f) != 0)
                 return -1;
         }
-        cell = map_find(&r->live, ptr);
     }
-    if (2 * (r->live.count + 1) > r->live.capacity) {
-        if (map_grow(&r->live) != 0)
-            return fail(r, "out of host memory");
-        cell = map_find(&r->live, ptr);
-    }
-    r->live.keys[cell] = ptr;
-    r->live.count++;
+    if (size && t->n_slots == ZERO_SLOT)
+        return fail(r, "more than %u allocations", (unsigned)ZERO_SLOT - 1);
+    if (!pmap_insert(&r->live, (pmap_entry){(uintptr_t)ptr, size ? t->n_slots : ZERO_SLOT}))
+        return fail(r, "out of host memory");
     if (size == 0) {
         t->zero_size++;
-        r->live.values[cell] = ZERO_SLOT;
         return 0;
     }
-    if (t->n_slots == ZERO_SLOT)
-        return fail(r, "more than %u allocations", (unsigned)ZERO_SLOT - 1);
-    r->live.values[cell] = t->n_slots;
     trace_op op = {.kind = TRACE_ALLOC, .slot = t->n_slots++, .stream = stream, .size = size,
                    .line = r->line, .time = r->time};
     return push_op(r, &op);
@@ -333,12 +267,12 @@ static int on_allocate(reader *r, uint64_t ptr, uint64_t size, uint32_t stream)
 
 static int on_free(reader *r, uint64_t ptr, uint32_t stream)
 {
-    size_t cell = map_find(&r->live, ptr);
-    if (!r->live.keys[cell])
+    size_t cell = pmap_find(&r->live, ptr);
+    if (cell == SIZE_MAX)
         return problem(r, TRACE_UNKNOWN_FREE, "free of 0x%llx, which is not live: skipped",
                        (unsigned long long)ptr);
-    uint32_t slot = r->live.values[cell];
-    map_remove_at(&r->live, cell);
+    uint32_t slot = r->live.slots[cell].val;
+    pmap_erase(&r->live, cell);
     if (slot == ZERO_SLOT)
         return 0;
     trace_op op = {.kind = TRACE_FREE, .slot = slot, .stream = stream, .line = r->line,
@@ -540,9 +474,9 @@ int trace_read(const char *path, const trace_read_options *opt, trace *t, char *
     t->path = strdup(strcmp(path, "-") == 0 ? "<stdin>" : path); /* for messages */
     t->streams = malloc(4 * sizeof *t->streams);
     t->cap_streams = 4;
-    if (!t->path || !t->streams || map_init(&r.live, MAP_MIN_CAPACITY) != 0) {
+    if (!t->path || !t->streams || !pmap_resize(&r.live, MAP_MIN_CAPACITY)) {
         snprintf(err, errlen, "%s: out of host memory", path);
-        map_destroy(&r.live);
+        free(r.live.slots);
         trace_free(t);
         return -1;
     }
@@ -556,14 +490,14 @@ int trace_read(const char *path, const trace_read_options *opt, trace *t, char *
         close(fd);
     if (!gz) {
         snprintf(err, errlen, "%s: cannot open: %s", path, errno ? strerror(errno) : "zlib");
-        map_destroy(&r.live);
+        free(r.live.slots);
         trace_free(t);
         return -1;
     }
     gzbuffer(gz, 256u << 10);
     int rc = read_all(&r, gz);
     gzclose(gz);
-    map_destroy(&r.live);
+    free(r.live.slots);
     if (rc == 0 && r.line == 0) {
         snprintf(err, errlen, "%s: empty file: not an RMM trace (no header line)", path);
         rc = -1;
