@@ -434,7 +434,7 @@ gm_status gm_alloc_movable(gm_pool *pool, size_t size, gm_stream stream, gm_hand
     pool->movable_live++;
     gm_handle *h = encode(pool, i, pool->handles[i].gen);
     if (GM_DEBUG >= 3)
-        debug_validate_locked(pool);
+        pool->debug_check(pool);
     gm_mutex_unlock(&pool->lock);
     *out = h;
     return GM_OK;
