@@ -442,9 +442,11 @@ static void value_format(key_type t, const void *f, char *buf, size_t n)
     case K_RATIO: format_double(*(const double *)f, buf, n); return;
     case K_BOOL: snprintf(buf, n, "%s", *(const int *)f ? "true" : "false"); return;
     case K_PATH: snprintf(buf, n, "%s", (const char *)f); return;
-    default:
-        enum_names(t, &fn, &count);
-        snprintf(buf, n, "%s", fn((unsigned)*(const int *)f));
+    default: /* an enum key; a type with no names cannot reach here (the table's types) */
+        if (enum_names(t, &fn, &count))
+            snprintf(buf, n, "%s", fn((unsigned)*(const int *)f));
+        else
+            snprintf(buf, n, "?");
         return;
     }
 }
