@@ -16,6 +16,12 @@
  *   --cpu: the plain passes count the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), not
  *   the wall clock: time the thread spent preempted by other programs, or waiting for a helper
  *   thread (the trace writer), is left out. On a shared machine it is the steadier figure.
+ *   --versus KEY=VALUE (repeatable): after the plain repeats, as many passes again that replay
+ *   the trace on two pools at once, A with the settings given and B with these on top, in
+ *   alternating chunks of VERSUS_CHUNK ops (ABBA order), each chunk timed with the passes'
+ *   clock. It prints the median over chunks of B's time / A's, with its quartiles, and each
+ *   side's ns/op: a difference of a few percent that separate runs cannot see on a loaded
+ *   machine (load drifts over seconds; a chunk pair takes about a millisecond).
  */
 #include "bench_common.h"
 #include "cli.h"
@@ -144,6 +150,64 @@ static int replay_once(const trace *t, const cli_settings *s, result *out, split
     return rc;
 }
 
+/* --versus: one pass of trace t on two pools, A (settings sa) and B (sb), in alternating
+ * chunks; B's time / A's per chunk pair into ratios[] (*n of them), each side's ns/op. */
+enum { VERSUS_CHUNK = 4096 };
+static int versus_once(const trace *t, const cli_settings *sa, const cli_settings *sb,
+                       double *ratios, size_t *n, double ns_per_op[2])
+{
+    const cli_settings *set[2] = {sa, sb};
+    gm_backend *be[2] = {0};
+    gm_pool *pool[2] = {0};
+    void **ptrs[2] = {0};
+    char err[512];
+    int rc = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        if (backend_open(set[k], &be[k], err, sizeof err) != 0) {
+            fprintf(stderr, "bench_replay: %s\n", err);
+            rc = -1;
+            break;
+        }
+        ptrs[k] = calloc_touched(t->n_slots ? t->n_slots : 1, sizeof *ptrs[k]);
+        gm_status st = ptrs[k] ? gm_pool_create(be[k], &set[k]->pool, &pool[k])
+                               : GM_ERR_HOST_MEMORY;
+        if (st != GM_OK) {
+            fprintf(stderr, "bench_replay: pool: %s %s\n", gm_status_str(st),
+                    gm_last_error(NULL));
+            rc = -1;
+        }
+    }
+    size_t failed[2] = {0, 0};
+    double total[2] = {0, 0};
+    *n = 0;
+    for (size_t lo = 0; rc == 0 && lo < t->n_ops; lo += VERSUS_CHUNK) {
+        size_t hi = lo + VERSUS_CHUNK < t->n_ops ? lo + VERSUS_CHUNK : t->n_ops;
+        double d[2];
+        for (int j = 0; j < 2; j++) {
+            int k = j ^ (int)((lo / VERSUS_CHUNK) & 1); /* ABBA: neither side always first */
+            double t0 = pass_clock_ns();
+            for (size_t i = lo; i < hi; i++)
+                run_op(pool[k], &t->ops[i], ptrs[k], &failed[k]);
+            d[k] = pass_clock_ns() - t0;
+            total[k] += d[k];
+        }
+        if (d[0] > 0)
+            ratios[(*n)++] = d[1] / d[0];
+    }
+    for (int k = 0; k < 2; k++) {
+        ns_per_op[k] = total[k] / (double)(t->n_ops ? t->n_ops : 1);
+        if (pool[k])
+            (void)gm_pool_destroy_force(pool[k]);
+        if (be[k])
+            gm_backend_destroy(be[k]);
+        free(ptrs[k]);
+        if (failed[k])
+            fprintf(stderr, "bench_replay: %s: %zu allocations failed (%c)\n", t->path,
+                    failed[k], 'A' + k);
+    }
+    return rc;
+}
+
 static int cmp_result(const void *a, const void *b)
 {
     return cmp_double(&((const result *)a)->ns_per_op, &((const result *)b)->ns_per_op);
@@ -154,6 +218,8 @@ int main(int argc, char **argv)
     cli_settings s;
     memset(&s, 0, sizeof s);
     s.sim.no_costs = 1;
+    const char *versus[16];
+    int n_versus = 0;
     unsigned repeat = 5;
     int do_split = 0;
     char err[512];
@@ -172,9 +238,11 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench_replay: %s\n", err);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--versus") && i + 1 < argc && n_versus < 16) {
+            versus[n_versus++] = argv[++i];
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "usage: bench_replay [--backend sim|cuda] [--repeat N] [--split] "
-                            "[--cpu] [--set KEY=VALUE]... TRACE...\n");
+                            "[--cpu] [--set KEY=VALUE]... [--versus KEY=VALUE]... TRACE...\n");
             return 2;
         } else {
             first_trace = i;
@@ -185,6 +253,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_replay: no trace given\n");
         return 2;
     }
+    cli_settings sb = s; /* --versus: B's settings, A's with these on top */
+    for (int v = 0; v < n_versus; v++)
+        if (settings_set(&sb, versus[v], err, sizeof err) != 0) {
+            fprintf(stderr, "bench_replay: --versus: %s\n", err);
+            return 2;
+        }
     printf("%-16s %9s %9s %7s %7s %7s %6s\n", "trace", "best", "median", "thread",
            "cache", "strat", "calls");
     for (int a = first_trace; a < argc; a++) {
@@ -228,6 +302,28 @@ int main(int argc, char **argv)
                    (unsigned long long)sp.count[1], sp.ns[1] / 1e6,
                    (unsigned long long)sp.count[2], sp.ns[2] / 1e6,
                    (double)x.stats.device_time_ns / 1e6);
+        }
+        if (n_versus) {
+            size_t per = t.n_ops / VERSUS_CHUNK + 1, n = 0;
+            double *ratios = malloc(per * repeat * sizeof *ratios), side[2], sum[2] = {0, 0};
+            for (unsigned k = 0; ratios && k < repeat; k++) {
+                size_t got = 0;
+                if (versus_once(&t, &s, &sb, ratios + n, &got, side) != 0)
+                    return 1;
+                n += got;
+                sum[0] += side[0];
+                sum[1] += side[1];
+            }
+            if (!ratios || !n)
+                return 1;
+            qsort(ratios, n, sizeof *ratios, cmp_double);
+            printf("versus %-16.16s B/A median %.3f (quartiles %.3f-%.3f, %zu chunks of %d); "
+                   "A %.1f ns/op, B %.1f ns/op;", name, ratios[n / 2], ratios[n / 4],
+                   ratios[3 * n / 4], n, VERSUS_CHUNK, sum[0] / repeat, sum[1] / repeat);
+            for (int v = 0; v < n_versus; v++)
+                printf(" %s", versus[v]);
+            printf("\n");
+            free(ratios);
         }
         free(r);
         trace_free(&t);

@@ -15,12 +15,20 @@
  * Ordering: an allocation is recorded after it succeeded and a free before the block is given
  * back, so a pointer's free always precedes its next allocation in the file, whatever the
  * threads do. Every tracing_* call comes under the pool lock (a traced pool has no thread
- * caches), and that lock is the only one a record takes: the calling thread appends a 40-byte
- * binary record to the current buffer of a ring of 8 buffers of 8192 (about 20 instructions,
- * no clock read: the record takes the time of a clock the writer thread advances every
- * millisecond and while it formats; a TSC read per record cost more than the allocator's 10 %
- * on dev). A full buffer goes to the writer under the tracer's mutex; the writer formats it as
- * text by hand (no printf), compresses and writes it, taking the buffers in ring order. When
+ * caches), and that lock is the only one a record takes: the calling thread appends a 16-byte
+ * binary record (pointer and action in one word, size in the other) to the current buffer of
+ * a ring of 8 buffers of 16384, inline in gm_alloc / gm_free (tracing_append in internal.h,
+ * about 11 instructions; no clock read: the time is that of a clock the writer thread
+ * advances every millisecond and while it formats; a TSC read per record cost more than the
+ * allocator's 10 % on dev). Time, thread and stream are not in every record: when one of them
+ * differs from the last record's, a context record carrying the new value goes first (a
+ * millisecond tick, a thread switch, a stream switch), and the writer keeps the current values
+ * as it reads the ring in order. The fast path compares the stream and the thread pointer;
+ * the clock's tick, and the exit of a thread that recorded (whose control block a new thread
+ * may reuse), set the buffer's limit to 0 so that the next record takes the slow path, which
+ * writes the context and restores the limit. A full buffer goes to the
+ * writer under the tracer's mutex; the writer formats it as text by hand (no printf),
+ * compresses and writes it, taking the buffers in ring order. When
  * every buffer is full (a writer slower than the program, e.g. gzip in a back-to-back replay)
  * the program waits for the writer under the pool lock: no record is ever dropped.
  * gm_pool_destroy hands over the last buffer and joins the writer.
@@ -40,13 +48,17 @@
 #include <time.h>
 #include <unistd.h>
 
-/* A ring of RING buffers of RECORDS records (2.5 MiB, touched at open: no page fault on the
+/* A ring of RING buffers of RECORDS records (2 MiB, touched at open: no page fault on the
  * hot path); the text of one buffer is formatted into `text` before it is written. */
-enum { RECORDS = 8192, RING = 8, LINE_MAX_BYTES = 128 };
+enum { RECORDS = 16384, RING = 8, LINE_MAX_BYTES = 128 };
 /* The records' clock ticks every TICK_NS, and every IDLE_TICK_NS once no record came for
  * IDLE_TICKS ticks (an idle program then costs the writer 100 wake-ups a second, not 1000). */
 enum { TICK_NS = 1000000, IDLE_TICK_NS = 10000000, IDLE_TICKS = 100 };
-enum { REC_ALLOC = 0, REC_FAILURE = 1, REC_FREE = 2 };
+/* A record's kind, in the low 2 bits of its first word (pointers are GM_ALIGNMENT-aligned). A
+ * context record's first word also says which value its second word holds (CTX_*, shifted). */
+enum { REC_CONTEXT = 3, REC_KIND = 3 }; /* and TRACE_ALLOC, _FAILURE, _FREE (internal.h) */
+enum { CTX_TIME = 0, CTX_THREAD = 1, CTX_STREAM = 2, CTX_SHIFT = 2 };
+_Static_assert(GM_ALIGNMENT % 4 == 0, "a block's pointer leaves the record kind's 2 bits free");
 
 typedef void *gz_file;
 typedef struct zlib_api {
@@ -55,25 +67,45 @@ typedef struct zlib_api {
     int (*close)(gz_file f);
 } zlib_api;
 
-typedef struct record {
-    uint64_t ns;      /* gm_trace.now when it was appended */
-    uintptr_t ptr;
-    uint64_t size;
-    uintptr_t stream;
-    uint32_t tid;
-    uint32_t kind;    /* REC_* */
-} record;
+typedef trace_record record;
+
+/* Threads that recorded count their exit (a thread-specific key's destructor): a new thread
+ * may reuse an exited one's control block, hence its thread pointer, and must still get its
+ * own id. The exit also sets the limit of every open trace to 0, so that the next record in
+ * each compares the count (slow path). */
+static _Atomic unsigned thread_exits;
+static pthread_key_t exit_key;
+static bool exit_key_made;
+static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER; /* open_traces */
+static gm_trace *open_traces; /* linked through gm_trace.open_next */
+static void count_exit(void *unused);
+static void make_exit_key(void)
+{
+    exit_key_made = pthread_key_create(&exit_key, count_exit) == 0;
+}
+/* A library unloaded while threads that recorded live on must not leave them a destructor
+ * in unmapped code. */
+__attribute__((destructor)) static void delete_exit_key(void)
+{
+    if (exit_key_made)
+        (void)pthread_key_delete(exit_key);
+}
 
 struct gm_trace {
-    char pad0[64];
-    /* The program's side, under the pool lock (never the mutex below): the fill position, on a
-     * cache line that nothing the writer writes shares (the pads). */
-    _Atomic(record *) next; /* the next free record (relaxed: the writer only looks whether
-                             * it moved, to slow its clock when the program is idle) */
-    record *end;            /* the end of ring[fill] */
+    /* The program's side, under the pool lock (never the mutex below), on a cache line of its
+     * own (the struct is 64-aligned; the pad): the fast path's (hot.next moves relaxed: the
+     * writer only looks whether it moved, to slow its clock when the program is idle; the
+     * writer and a thread's exit store 0 to hot.limit), then the slow path's. */
+    trace_hot hot;
+    record *end;        /* the end of ring[fill] */
     unsigned fill;      /* the ring buffer being filled */
-    _Atomic uint64_t now; /* the records' clock (tick()): ns since open, to TICK_NS */
+    unsigned exits;     /* thread_exits at the last thread record */
+    uint64_t last_ns;   /* the time of the last time record */
     char pad1[64];
+    _Atomic uint64_t now; /* the records' clock (tick()): ns since open, to TICK_NS; on a line
+                           * of its own, which the writer writes once a millisecond */
+    char pad2[64];
     /* The hand-over, under `lock`: buffers fill, fill+1, ... in ring order; the writer takes
      * them in the same order. */
     pthread_mutex_t lock;
@@ -94,7 +126,21 @@ struct gm_trace {
     uint64_t t0_ns;  /* CLOCK_MONOTONIC at open */
     char *text;      /* formatted lines of one buffer */
     int failed;      /* a write failed (disk full?): the rest is dropped */
+    uint64_t cur_ns; /* the context so far, as the writer reads the records in order */
+    uint64_t cur_tid;
+    uint64_t cur_stream;
+    gm_trace *open_next; /* open_traces, under open_lock */
 };
+
+static void count_exit(void *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&open_lock);
+    atomic_fetch_add_explicit(&thread_exits, 1, memory_order_seq_cst);
+    for (gm_trace *t = open_traces; t; t = t->open_next)
+        atomic_store_explicit(&t->hot.limit, 0, memory_order_seq_cst);
+    pthread_mutex_unlock(&open_lock);
+}
 
 static uint64_t mono_ns(void)
 {
@@ -107,7 +153,7 @@ static _Thread_local uint32_t tls_tid; /* the OS thread id, once known */
 
 static inline record *next_of(gm_trace *t)
 {
-    return atomic_load_explicit(&t->next, memory_order_relaxed);
+    return atomic_load_explicit(&t->hot.next, memory_order_relaxed);
 }
 
 /* ---- output (the writer thread) ------------------------------------------------------------ */
@@ -153,7 +199,9 @@ static char *put_hex(char *p, uint64_t v)
  * pool lock on dev was most of a record's cost: docs/tracing.md, "Cost"). */
 static void tick(gm_trace *t)
 {
-    atomic_store_explicit(&t->now, mono_ns() - t->t0_ns, memory_order_relaxed);
+    /* seq_cst: `now`, then the limit, against the slow path's limit, then `now` */
+    atomic_store_explicit(&t->now, mono_ns() - t->t0_ns, memory_order_seq_cst);
+    atomic_store_explicit(&t->hot.limit, 0, memory_order_seq_cst);
 }
 
 static void format_records(gm_trace *t, const record *r, size_t n)
@@ -166,8 +214,19 @@ static void format_records(gm_trace *t, const record *r, size_t n)
     for (size_t i = 0; i < n; i++, r++) {
         if (!(i & 1023))
             tick(t);
-        uint64_t ns = r->ns;
-        p = put_dec(p, r->tid);
+        unsigned kind = (unsigned)(r->word & REC_KIND);
+        if (kind == REC_CONTEXT) {
+            unsigned what = (unsigned)(r->word >> CTX_SHIFT);
+            if (what == CTX_TIME)
+                t->cur_ns = r->value;
+            else if (what == CTX_THREAD)
+                t->cur_tid = r->value;
+            else
+                t->cur_stream = r->value;
+            continue;
+        }
+        uint64_t ns = t->cur_ns;
+        p = put_dec(p, t->cur_tid);
         *p++ = ',';
         p = put_dec(p, ns / 1000000000u);
         *p++ = '.';
@@ -176,14 +235,14 @@ static void format_records(gm_trace *t, const record *r, size_t n)
             p[d] = (char)('0' + frac % 10);
         p += 9;
         *p++ = ',';
-        memcpy(p, actions[r->kind].s, actions[r->kind].n);
-        p += actions[r->kind].n;
+        memcpy(p, actions[kind].s, actions[kind].n);
+        p += actions[kind].n;
         *p++ = ',';
-        p = put_hex(p, r->ptr);
+        p = put_hex(p, r->word & ~(uint64_t)REC_KIND);
         *p++ = ',';
-        p = put_dec(p, r->size);
+        p = put_dec(p, r->value);
         *p++ = ',';
-        p = put_hex(p, r->stream);
+        p = put_hex(p, t->cur_stream);
         *p++ = '\n';
     }
     write_text(t, t->text, (size_t)(p - t->text));
@@ -229,8 +288,9 @@ static void fill_at(gm_trace *t, unsigned i)
 {
     t->fill = i;
     record *r = t->ring + (size_t)i * RECORDS;
-    atomic_store_explicit(&t->next, r, memory_order_relaxed);
+    atomic_store_explicit(&t->hot.next, r, memory_order_relaxed);
     t->end = r + RECORDS;
+    /* the limit is set by the slow path that follows (hand_over's caller), or at open */
 }
 
 /* Hand ring[fill] to the writer and move to the next buffer, waiting while the writer still
@@ -247,44 +307,41 @@ static void hand_over(gm_trace *t)
     fill_at(t, (t->fill + 1) % RING);
 }
 
-static void put(gm_trace *t, record *r, uint32_t kind, uintptr_t ptr, size_t size,
-                gm_stream stream, uint32_t tid)
+/* The fast path's rare cases (tracing_append, internal.h): the buffer's limit reached (full,
+ * or 0 after a tick or a thread's exit), another stream or thread than the last record's.
+ * Context records go first, then the record (at most 4 in all). The limit is restored before
+ * the clock and the exit count are read (a full barrier between): a tick or an exit that
+ * comes after the reads stores 0 after the restore, and the next record comes here again. */
+void tracing_append_slow(gm_trace *t, uint64_t word, uint64_t value, gm_stream stream)
 {
-    r->ns = atomic_load_explicit(&t->now, memory_order_relaxed);
-    r->ptr = ptr;
-    r->size = size;
-    r->stream = (uintptr_t)stream;
-    r->tid = tid;
-    r->kind = kind;
-}
-
-/* The hot path's rare cases: a full buffer, a thread's first record. */
-static __attribute__((noinline)) void append_slow(gm_trace *t, uintptr_t ptr, size_t size,
-                                                  gm_stream stream, uint32_t kind)
-{
-    if (!tls_tid)
-        tls_tid = (uint32_t)syscall(SYS_gettid);
-    if (next_of(t) == t->end)
+    if ((size_t)(t->end - next_of(t)) < 4)
         hand_over(t);
+    atomic_store_explicit(&t->hot.limit, (uintptr_t)(t->end - 3), memory_order_seq_cst);
     record *r = next_of(t);
-    atomic_store_explicit(&t->next, r + 1, memory_order_relaxed);
-    put(t, r, kind, ptr, size, stream, tls_tid);
-}
-
-/* The hot path: the pool lock serializes every caller, so a record is appended with no lock
- * of the tracer's own; only a full buffer takes the mutex. The rare cases are a tail call, so
- * the common one saves no registers (about 15 instructions). */
-static inline void append(gm_trace *t, uintptr_t ptr, size_t size, gm_stream stream,
-                          uint32_t kind)
-{
-    record *r = next_of(t);
-    uint32_t tid = tls_tid;
-    if (GM_UNLIKELY(r == t->end || !tid)) {
-        append_slow(t, ptr, size, stream, kind);
-        return;
+    uint64_t now = atomic_load_explicit(&t->now, memory_order_seq_cst);
+    if (now != t->last_ns) {
+        *r++ = (record){REC_CONTEXT | CTX_TIME << CTX_SHIFT, now};
+        t->last_ns = now;
     }
-    atomic_store_explicit(&t->next, r + 1, memory_order_relaxed);
-    put(t, r, kind, ptr, size, stream, tid);
+    uintptr_t self = trace_thread_self();
+    unsigned exits = atomic_load_explicit(&thread_exits, memory_order_seq_cst);
+    if (self != t->hot.last_self || exits != t->exits) {
+        if (!tls_tid) {
+            tls_tid = (uint32_t)syscall(SYS_gettid);
+            pthread_once(&exit_key_once, make_exit_key);
+            if (exit_key_made)
+                (void)pthread_setspecific(exit_key, &tls_tid); /* non-NULL: counted at exit */
+        }
+        *r++ = (record){REC_CONTEXT | CTX_THREAD << CTX_SHIFT, tls_tid};
+        t->hot.last_self = self;
+        t->exits = exits;
+    }
+    if ((uintptr_t)stream != t->hot.last_stream) {
+        *r++ = (record){REC_CONTEXT | CTX_STREAM << CTX_SHIFT, (uintptr_t)stream};
+        t->hot.last_stream = (uintptr_t)stream;
+    }
+    *r++ = (record){word, value};
+    atomic_store_explicit(&t->hot.next, r, memory_order_relaxed);
 }
 
 /* ---- the interface pool.c calls ------------------------------------------------------------- */
@@ -360,29 +417,25 @@ gm_status tracing_open(const char *path, gm_trace **out, char *why, size_t n)
         return GM_ERR_HOST_MEMORY;
     }
     t->writer_started = true;
+    pthread_mutex_lock(&open_lock);
+    t->open_next = open_traces;
+    open_traces = t;
+    pthread_mutex_unlock(&open_lock);
     *out = t;
     return GM_OK;
-}
-
-void tracing_alloc(gm_trace *t, void *ptr, size_t size, gm_stream stream)
-{
-    append(t, (uintptr_t)ptr, size, stream, REC_ALLOC);
-}
-
-void tracing_alloc_failed(gm_trace *t, size_t size, gm_stream stream)
-{
-    append(t, 0, size, stream, REC_FAILURE);
-}
-
-void tracing_free(gm_trace *t, void *ptr, size_t size, gm_stream stream)
-{
-    append(t, (uintptr_t)ptr, size, stream, REC_FREE);
 }
 
 void tracing_close(gm_trace *t)
 {
     if (!t)
         return;
+    pthread_mutex_lock(&open_lock);
+    for (gm_trace **at = &open_traces; *at; at = &(*at)->open_next)
+        if (*at == t) {
+            *at = t->open_next;
+            break;
+        }
+    pthread_mutex_unlock(&open_lock);
     if (t->writer_started) {
         if (next_of(t) != t->ring + (size_t)t->fill * RECORDS)
             hand_over(t);

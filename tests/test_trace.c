@@ -6,7 +6,9 @@
  * complete, in the order they were served, with a Time that never goes back; Time moves while
  * the program sleeps; a writer slower than the program (a pipe that nobody reads yet) makes
  * the program wait and drops nothing; gm_pool_trace_stop completes the file of a live pool; in
- * a two-thread recording every free names a live pointer and every allocation a free one.
+ * a two-thread recording every free names a live pointer and every allocation a free one;
+ * every line names its own call's thread and stream, a thread that reuses an exited one's
+ * control block included.
  * With a directory argument it also leaves a recorded workload there (workload.csv.gz) and
  * prints its peak live bytes, for tests/cli/test_trace_replay.sh to replay with the CLI.
  */
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -167,7 +170,7 @@ static int next_line(const char **text, line *out)
 }
 
 /* What a single-threaded run did, op by op, to compare with its trace. */
-enum { MANY_OPS = 200000 }; /* about 3 times the 65536 records the tracer buffers */
+enum { MANY_OPS = 400000 }; /* about 3 times the 131072 records the tracer buffers */
 typedef struct op {
     uintptr_t ptr;
     size_t size;
@@ -382,7 +385,7 @@ static void test_stop(void)
     gm_pool *p = traced_pool(be, file);
     void *live[16] = {0};
     size_t ops = 0;
-    for (int i = 0; i < 20000; i++) { /* more than two buffers of records */
+    for (int i = 0; i < 40000; i++) { /* more than two buffers of records */
         void **slot = &live[i % 16];
         if (*slot) {
             CHECK_OK(gm_free(p, *slot, NULL));
@@ -408,6 +411,82 @@ static void test_stop(void)
     gm_backend_destroy(be);
     text = slurp(file);
     CHECK_EQ_U(count_lines(text, "\n"), ops + 1);
+    free(text);
+}
+
+/* Thread and stream are written only when they change (a context record before the next
+ * line): every line names the thread and the stream of its own call. Thread A allocates on
+ * the null stream and exits; thread B, started after A is joined (glibc gives it A's cached
+ * stack and control block, so its thread pointer is A's), allocates on s1; the main thread
+ * frees, alternating streams. Each line's thread and stream are checked against its call. */
+typedef struct ctx_worker {
+    gm_pool *pool;
+    gm_stream stream;
+    size_t base; /* sizes base .. base + CTX_OPS - 1 identify the thread's allocations */
+    void **out;
+    unsigned long tid;
+} ctx_worker;
+enum { CTX_OPS = 300 };
+
+static void *ctx_work(void *arg)
+{
+    ctx_worker *w = arg;
+    w->tid = (unsigned long)syscall(SYS_gettid);
+    for (size_t i = 0; i < CTX_OPS; i++)
+        if (gm_alloc(w->pool, w->base + i, w->stream, &w->out[i]) != GM_OK)
+            return (void *)1;
+    return NULL;
+}
+
+static void test_context(void)
+{
+    char file[700];
+    path_in(file, sizeof file, "context.csv");
+    gm_backend *be = sim_new(0, 0, 0);
+    gm_pool *p = traced_pool(be, file);
+    gm_stream s1;
+    REQUIRE_OK(gm_sim_stream_create(be, &s1));
+    static void *ptrs[2][CTX_OPS];
+    ctx_worker w[2] = {{p, NULL, 1000, ptrs[0], 0}, {p, s1, 5000, ptrs[1], 0}};
+    for (int i = 0; i < 2; i++) { /* one after the other */
+        pthread_t t;
+        void *rc;
+        REQUIRE(pthread_create(&t, NULL, ctx_work, &w[i]) == 0);
+        pthread_join(t, &rc);
+        CHECK(rc == NULL);
+    }
+    for (size_t i = 0; i < CTX_OPS; i++) /* frees: stream by the pointer's index parity */
+        for (int k = 0; k < 2; k++)
+            CHECK_OK(gm_free(p, ptrs[k][i], i % 2 ? s1 : NULL));
+    CHECK_OK(gm_pool_destroy(p));
+    CHECK_OK(gm_sim_stream_destroy(be, s1));
+    gm_backend_destroy(be);
+    unsigned long me = (unsigned long)syscall(SYS_gettid);
+    CHECK(w[0].tid != w[1].tid && w[0].tid != me);
+    char *text = slurp(file);
+    const char *q = strchr(text, '\n') + 1;
+    line l;
+    size_t allocs[2] = {0}, frees = 0, wrong = 0;
+    int rc;
+    while ((rc = next_line(&q, &l)) == 1) {
+        if (l.kind == 0) {
+            int k = l.size >= 5000;
+            allocs[k]++;
+            wrong += l.tid != w[k].tid || l.stream != (unsigned long long)(uintptr_t)w[k].stream;
+        } else {
+            size_t i = 0; /* the pointer's index, hence its free's stream */
+            while (i < CTX_OPS && (uintptr_t)ptrs[0][i] != l.ptr && (uintptr_t)ptrs[1][i] != l.ptr)
+                i++;
+            frees++;
+            wrong += i == CTX_OPS || l.tid != me ||
+                     l.stream != (i % 2 ? (unsigned long long)(uintptr_t)s1 : 0ull);
+        }
+    }
+    CHECK_EQ_U(rc, 0);
+    CHECK_EQ_U(allocs[0], CTX_OPS);
+    CHECK_EQ_U(allocs[1], CTX_OPS);
+    CHECK_EQ_U(frees, 2 * CTX_OPS);
+    CHECK_EQ_U(wrong, 0);
     free(text);
 }
 
@@ -490,6 +569,7 @@ int main(int argc, char **argv)
     test_slow_writer();
     test_time_moves();
     test_stop();
+    test_context();
     record_workload();
     return check_summary();
 }
