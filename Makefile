@@ -41,7 +41,7 @@ sanitize: deps
 tsan: deps
 	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=Debug -DGM_SANITIZE=thread
 	cmake --build $(BUILD)-tsan -j $(JOBS)
-	cd $(BUILD)-tsan && ctest --output-on-failure -R 'test_threads|test_sim|test_cache|test_defrag|test_multi'
+	cd $(BUILD)-tsan && ctest --output-on-failure -R 'test_threads|test_sim|test_cache|test_defrag|test_multi|test_trace$$'
 
 # The suite with GM_DEBUG=3: gm_pool_check after every public call (docs/testing.md).
 debug3: deps
