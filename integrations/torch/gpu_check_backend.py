@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """GPU checks of gpumem's PyTorch allocator backend (docs/torch.md, issue 17).
 
-    python3 integrations/torch/gpu_check_backend.py [--only NAME,...] [--json OUT]
+    python3 integrations/torch/gpu_check_backend.py [--only NAME,...] [--conf SETTINGS] [--json OUT]
+
+--conf runs every check under these gpumem settings (GPUMEM_CONF syntax, e.g.
+"segments=vmm,release=on_oom,cache_disable=1"), before the settings a check sets itself.
 
 Each check runs in its own process (this script with --worker NAME), because the allocator is
 chosen once per process. Without a CUDA device or without gpumem.torch._C it says so and
@@ -65,7 +68,9 @@ def enable(conf=None):
     except ImportError:  # built in place under python/
         sys.path.insert(0, os.path.join(ROOT, "python"))
         import gpumem.torch as gmt
-    gmt.enable(conf)
+    # --conf BASE: settings every check runs under, before the check's own
+    base = os.environ.get("GM_CHECK_CONF", "")
+    gmt.enable(",".join(c for c in (base, conf or "") if c))
     return gmt
 
 
@@ -506,6 +511,8 @@ def main():
     only = CHECKS
     if "--only" in args:
         only = args[args.index("--only") + 1].split(",")
+    if "--conf" in args:  # the workers read it from the environment
+        os.environ["GM_CHECK_CONF"] = args[args.index("--conf") + 1]
     try:
         import torch
         if not torch.cuda.is_available():
@@ -534,7 +541,8 @@ def main():
         results.append(res)
     ok = all(r["ok"] for r in results)
     summary = {"passed": sum(r["ok"] for r in results), "failed": [r["check"] for r in results
-                                                                   if not r["ok"]]}
+                                                                   if not r["ok"]],
+               "conf": os.environ.get("GM_CHECK_CONF", "")}
     print(json.dumps(summary))
     if "--json" in args:
         with open(args[args.index("--json") + 1], "w") as f:
