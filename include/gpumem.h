@@ -420,9 +420,10 @@ GM_API gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_po
 /* Destroy a pool and give all its device memory back. With live blocks it returns GM_ERR_BUSY,
  * names the count in gm_last_error, and destroys nothing: free them first, or use
  * gm_pool_destroy_force. NULL pool: GM_ERR_INVALID_ARGUMENT. If the device refuses to take
- * memory back (a failed cuMemFree / cuMemUnmap / cuMemRelease), the pool is destroyed anyway and
- * the call returns GM_ERR_BACKEND, naming the count in gm_last_error(NULL): that memory stays
- * on the device. No other thread may use the pool. */
+ * memory back (a failed cuMemFree / cuMemUnmap / cuMemRelease, or a failed synchronization of a
+ * stream that freed it, which the pool needs first), the pool is destroyed anyway and the call
+ * returns GM_ERR_BACKEND, naming the count in gm_last_error(NULL): that memory stays on the
+ * device. No other thread may use the pool. */
 GM_API gm_status gm_pool_destroy(gm_pool *pool);
 
 /* Destroy a pool even with live blocks; their device memory is released, so those pointers
@@ -467,7 +468,9 @@ GM_API gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream);
 
 /* Give cached and free device memory back until at most `keep_bytes` remain reserved (0 =
  * release everything that is free; the empty_cache users know). Memory of live blocks is never
- * released. Fails: GM_ERR_INVALID_ARGUMENT, GM_ERR_BACKEND. O(segments). Thread-safe. */
+ * released. Fails: GM_ERR_INVALID_ARGUMENT, GM_ERR_BACKEND (a stream that freed memory could
+ * not be synchronized: that memory stays reserved until a later release can synchronize it, so
+ * the stream must not be destroyed yet). O(segments). Thread-safe. */
 GM_API gm_status gm_trim(gm_pool *pool, size_t keep_bytes);
 
 /* ---------------------------------------------------------------------------------------------

@@ -377,6 +377,8 @@ struct gm_pool {
     size_t event_count, event_cap;
     gm_stream *synced_streams; /* streams that freed memory: synced before unmapping */
     size_t synced_count, synced_cap;
+    size_t unsynced_unlisted; /* streams that freed memory that could be neither listed nor
+                                 synchronized (events.c): no memory goes back to the device */
 
 
     /* Counters of the locked path (under lock); the lock-free path keeps its own deltas in
@@ -518,8 +520,10 @@ static inline void note_stream_for_sync(gm_pool *pool, gm_stream s)
             return;
     add_stream_for_sync(pool, s);
 }
-/* Synchronize every stream noted since the last time. */
-void sync_streams_locked(gm_pool *pool);
+/* Synchronize every stream noted since the last time. A stream whose synchronization fails
+ * stays noted (tried again next time) and the first failure is returned: the caller must then
+ * not unmap or free anything, as the device may still be using it. */
+gm_status sync_streams_locked(gm_pool *pool);
 
 /* --- growth.c: plain segment sizing and growth (a pool policy) --- */
 /* Bytes of a new plain segment of arena a to serve a block of `granted` bytes. */
@@ -571,8 +575,9 @@ void pool_free_block_locked(gm_pool *pool, gm_block *b, gm_stream stream);
  * events completed finish. Never waits for the device. */
 void pool_evict_caches_locked(gm_pool *pool);
 /* Empty the threads' caches, the pool's cache and the pending list as far as the device allows:
- * evict, wait for the streams that freed memory, finish pending frees, again. */
-void drain_locked(gm_pool *pool);
+ * evict, wait for the streams that freed memory, finish pending frees, again. Fails when the
+ * streams could not be synchronized (their memory then stays reserved). */
+gm_status drain_locked(gm_pool *pool);
 /* gm_alloc's refusals of a request no memory could serve (size 0, a size or kind the
  * configuration refuses, past the device or the reserve limit), with their messages. */
 GM_COLD gm_status alloc_refused_locked(gm_pool *pool, const gm_request *rq, gm_stream stream);

@@ -189,7 +189,7 @@ static uint64_t pool_teardown(gm_pool *pool)
     gm_mutex_lock(&pool->lock);
     share_fini(pool); /* exports end with the pool: their memory goes back below */
     pool->cache.enabled = false; /* retired blocks go straight back from here on */
-    drain_locked(pool);
+    (void)drain_locked(pool); /* a failed sync: the releases below keep (and count) that memory */
     while (pool->pending) { /* the program freed them: wait for their streams, then release */
         gm_block *b = pool->pending;
         pool->pending = b->free_next;
@@ -281,13 +281,17 @@ gm_status gm_trim(gm_pool *pool, size_t keep_bytes)
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_trim", "pool is NULL");
     gm_mutex_lock(&pool->lock);
-    drain_locked(pool);
+    gm_status st = drain_locked(pool);
+    if (st != GM_OK) /* the streams' work may still use what they freed: it stays reserved */
+        st = pool_fail_locked(pool, st, "gm_trim: a stream that freed memory could not be "
+                              "synchronized, so its memory stays reserved: %s",
+                              gm_backend_last_error());
     release_free_memory_locked(pool, keep_bytes, SIZE_MAX);
     if (keep_bytes == 0) /* also give back virtual ranges that hold nothing */
         for (size_t h = 0; h < pool->heap_count; h++)
             for (int k = 0; k < ARENA_COUNT; k++)
                 vmm_release_ranges_locked(pool, &pool->heaps[h].arenas[k]);
-    return pool_unlock(pool, GM_OK);
+    return pool_unlock(pool, st);
 }
 
 gm_status gm_pool_reset_peaks(gm_pool *pool)

@@ -201,8 +201,10 @@ static size_t range_index(const gm_arena *a, const gm_span *s)
 }
 
 /* Give a wholly free span back to the device. VMM spans must have no mapped page left. The
- * device call comes first: when it fails, nothing changes (the span stays, its memory still
- * reserved) unless `force` (pool destruction), which forgets the span anyway. */
+ * device calls come first (for a plain span the streams' synchronization, then the free): when
+ * one fails, nothing changes (the span stays, its memory still reserved) unless `force` (pool
+ * destruction), which forgets the span anyway (without freeing it if the synchronization
+ * failed: the memory stays on the device, and the failure is counted). */
 static gm_status span_release_in(gm_pool *pool, gm_span *s, bool force)
 {
     gm_arena *a = s->arena;
@@ -214,8 +216,9 @@ static gm_status span_release_in(gm_pool *pool, gm_span *s, bool force)
         GM_ASSERT(force || a->ranges[r].mapped == 0);
         st = DEVICE_CALL(pool, GM_CALL_VA_RELEASE, be->ops->va_release(be, s->base, s->size));
     } else {
-        sync_streams_locked(pool);
-        st = DEVICE_CALL(pool, GM_CALL_MEM_FREE, be->ops->mem_free(be, s->base));
+        st = sync_streams_locked(pool); /* failed: queued work may still use it, keep it */
+        if (st == GM_OK)
+            st = DEVICE_CALL(pool, GM_CALL_MEM_FREE, be->ops->mem_free(be, s->base));
     }
     if (st != GM_OK && !force)
         return st;
@@ -387,15 +390,17 @@ static gm_status run_map(gm_pool *pool, gm_arena *a, size_t h, size_t n, gm_phys
 }
 
 /* Unmap idle run h (no page in use), keeping its handle (still reserved) in *phys. A failed
- * unmap changes nothing: the run stays mapped and idle. */
+ * unmap, or a failed synchronization of the streams before it, changes nothing: the run stays
+ * mapped and idle. */
 static gm_status run_unmap(gm_pool *pool, gm_arena *a, size_t h, gm_phys *phys)
 {
     gm_backend *be = pool->backend;
     size_t gran = pool->granularity, n = a->pages[h].run_len;
     GM_ASSERT(a->pages[h].run == h && a->pages[h].run_busy == 0);
-    sync_streams_locked(pool);
-    gm_status st = DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, page_addr(a, h, gran),
-                                                                    n * gran));
+    gm_status st = sync_streams_locked(pool); /* failed: queued work may still use it */
+    if (st == GM_OK)
+        st = DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, page_addr(a, h, gran),
+                                                             n * gran));
     if (st != GM_OK)
         return st;
     *phys = a->pages[h].phys;

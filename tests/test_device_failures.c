@@ -1,0 +1,214 @@
+/*
+ * Device calls that fail where the pool must not go on as if they had succeeded, injected with
+ * the fault wrapper (tests/support/fault_backend.c) over a simulated GPU whose streams run only
+ * when the test says so. Each is a regression test that failed before its fix:
+ *   - a stream synchronization that fails before memory is unmapped or freed: the memory stays
+ *     reserved and on the device (gm_trim, the out-of-memory ladder, destruction; plain
+ *     segments and VMM pages), also when the stream could not even be listed (host memory).
+ */
+#include "fault_backend.h"
+#include "hostmem.h"
+#include "sim_setup.h"
+
+#include <stdbool.h>
+
+static const size_t MiB = (size_t)1 << 20;
+
+typedef struct dev {
+    gm_backend *sim, *f; /* f: the fault wrapper over sim, the pool's backend */
+    gm_stream s1, s2;
+} dev;
+
+static dev dev_new(int host_backed)
+{
+    dev d = {0};
+    d.sim = sim_new(256 * MiB, host_backed, 1);
+    REQUIRE_OK(fault_backend_create(d.sim, &d.f));
+    REQUIRE_OK(gm_sim_stream_create(d.sim, &d.s1));
+    REQUIRE_OK(gm_sim_stream_create(d.sim, &d.s2));
+    return d;
+}
+
+static void dev_free(dev *d)
+{
+    CHECK_OK(gm_sim_stream_destroy(d->sim, d->s1));
+    CHECK_OK(gm_sim_stream_destroy(d->sim, d->s2));
+    gm_backend_destroy(d->f);
+    gm_backend_destroy(d->sim);
+}
+
+static size_t device_used(gm_backend *sim)
+{
+    gm_device_info info;
+    REQUIRE_OK(gm_backend_info(sim, &info));
+    return info.total_bytes - info.free_bytes;
+}
+
+/* Fail every call of the kinds in `mask` from the first on (0: stop failing). */
+static void fail_kinds(dev *d, uint32_t mask)
+{
+    fault_backend_kinds(d->f, mask ? mask : FAULT_ALL);
+    fault_backend_set(d->f, mask ? 1 : 0, mask != 0);
+}
+
+/* Whether work queued on `s` is still running. */
+static bool busy(dev *d, gm_stream s)
+{
+    uint64_t queued = 0, done = 0;
+    REQUIRE_OK(gm_sim_stream_progress(d->sim, s, &queued, &done));
+    return done < queued;
+}
+
+static gm_config config_of(gm_segments segments)
+{
+    gm_config cfg = {0};
+    cfg.segments = segments;
+    cfg.thread_cache_blocks = GM_THREAD_CACHE_OFF;
+    return cfg;
+}
+
+/* ------------------------------------------------ synchronization before an unmap or a free */
+
+/* A pool of `cfg` on d's fault wrapper holding *a, `size` bytes on s1, which a kernel queued on
+ * s1 still uses (manual streams: until the test completes it, or a sync does). */
+static gm_pool *pool_with_busy_block(dev *d, const gm_config *cfg, size_t size, void **a)
+{
+    gm_pool *p = pool_new(d->f, cfg);
+    REQUIRE_OK(gm_alloc(p, size, d->s1, a));
+    REQUIRE_OK(gm_sim_launch(d->sim, d->s1));
+    return p;
+}
+
+/* The same with 4 MiB, and the release policy ON_OOM: nothing goes back unless asked. */
+static gm_pool *pool_keeping_busy_block(dev *d, gm_segments segments, void **a)
+{
+    gm_config cfg = config_of(segments);
+    cfg.release = GM_RELEASE_ON_OOM;
+    return pool_with_busy_block(d, &cfg, 4 * MiB, a);
+}
+
+/* A block freed on s1 while a kernel on s1 still uses it: gm_trim must synchronize s1 before
+ * the memory goes; when it cannot, nothing goes, gm_trim says so, and a later gm_trim (the
+ * device working again) gives it back. */
+static void test_trim_keeps_unsynced(gm_segments segments)
+{
+    printf("trim, failed sync, %s\n", gm_segments_str(segments));
+    dev d = dev_new(0);
+    void *a = NULL;
+    gm_pool *p = pool_keeping_busy_block(&d, segments, &a);
+    CHECK_OK(gm_free(p, a, d.s1));
+    size_t reserved = stats_of(p).reserved_bytes, used = device_used(d.sim);
+    CHECK_GT_U(reserved, 0);
+
+    fail_kinds(&d, FAULT_BIT(FAULT_STREAM_SYNC));
+    CHECK_STATUS(gm_trim(p, 0), GM_ERR_BACKEND);
+    CHECK_STR_CONTAINS(gm_last_error(p), "could not be synchronized");
+    CHECK_GT_U(fault_backend_injected(d.f), 0);
+    CHECK_EQ_U(stats_of(p).reserved_bytes, reserved); /* kept, and counted */
+    CHECK_EQ_U(device_used(d.sim), used);
+    CHECK(busy(&d, d.s1));
+    CHECK_OK(gm_pool_check(p));
+
+    fail_kinds(&d, 0);
+    CHECK_OK(gm_trim(p, 0)); /* synchronized now: it goes */
+    CHECK(!busy(&d, d.s1));
+    CHECK_EQ_U(stats_of(p).reserved_bytes, 0);
+    CHECK_EQ_U(device_used(d.sim), 0);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+    dev_free(&d);
+}
+
+/* The same block, and a request on s2 that the reserve limit lets through only if a's memory
+ * goes first (plain: the out-of-memory ladder releases a's segment; VMM: a's idle pages are
+ * recycled, an unmap). With s1 unsynchronizable the request fails and a's memory stays; once
+ * the device works again it succeeds. */
+static void test_request_keeps_unsynced(gm_segments segments)
+{
+    printf("request needing a release, failed sync, %s\n", gm_segments_str(segments));
+    dev d = dev_new(0);
+    gm_config cfg = config_of(segments);
+    cfg.reserve_limit_bytes = 8 * MiB;
+    void *a = NULL, *b = NULL;
+    gm_pool *p = pool_with_busy_block(&d, &cfg, 6 * MiB, &a);
+    CHECK_OK(gm_free(p, a, d.s1));
+    size_t reserved = stats_of(p).reserved_bytes, used = device_used(d.sim);
+
+    fail_kinds(&d, FAULT_BIT(FAULT_STREAM_SYNC));
+    gm_status st = gm_alloc(p, 4 * MiB, d.s2, &b);
+    CHECK(st == GM_ERR_OUT_OF_MEMORY || st == GM_ERR_BACKEND);
+    CHECK_GT_U(fault_backend_injected(d.f), 0);
+    CHECK_EQ_U(stats_of(p).reserved_bytes, reserved);
+    CHECK_EQ_U(device_used(d.sim), used);
+    CHECK(busy(&d, d.s1));
+    CHECK_OK(gm_pool_check(p));
+
+    fail_kinds(&d, 0);
+    REQUIRE_OK(gm_alloc(p, 4 * MiB, d.s2, &b));
+    CHECK(!busy(&d, d.s1));
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free(p, b, d.s2));
+    CHECK_OK(gm_pool_destroy(p));
+    CHECK_EQ_U(device_used(d.sim), 0);
+    dev_free(&d);
+}
+
+/* Destruction cannot act on a failed synchronization, but it must not free the memory either:
+ * it stays on the device and gm_pool_destroy reports it. */
+static void test_destroy_keeps_unsynced(gm_segments segments)
+{
+    printf("destroy, failed sync, %s\n", gm_segments_str(segments));
+    dev d = dev_new(0);
+    gm_config cfg = config_of(segments);
+    void *a = NULL;
+    gm_pool *p = pool_with_busy_block(&d, &cfg, 4 * MiB, &a);
+    CHECK_OK(gm_free(p, a, d.s1));
+    size_t used = device_used(d.sim);
+    CHECK_GT_U(used, 0);
+    fail_kinds(&d, FAULT_BIT(FAULT_STREAM_SYNC));
+    CHECK_STATUS(gm_pool_destroy(p), GM_ERR_BACKEND);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "device releases failed");
+    CHECK_EQ_U(device_used(d.sim), used);
+    CHECK(busy(&d, d.s1));
+    fail_kinds(&d, 0);
+    dev_free(&d);
+}
+
+/* The stream that freed memory cannot be listed (host memory) nor synchronized: the pool no
+ * longer knows what to wait for, so it gives nothing back, even after the device works again. */
+static void test_unlisted_stream(gm_segments segments)
+{
+    printf("unlisted and unsynchronized stream, %s\n", gm_segments_str(segments));
+    dev d = dev_new(0);
+    void *a = NULL;
+    gm_pool *p = pool_keeping_busy_block(&d, segments, &a);
+    size_t reserved = stats_of(p).reserved_bytes, used = device_used(d.sim);
+    fail_kinds(&d, FAULT_BIT(FAULT_STREAM_SYNC));
+    gm_host_fault_set(1, false); /* the list of streams to synchronize cannot grow */
+    CHECK_OK(gm_free(p, a, d.s1));
+    gm_host_fault_set(0, false);
+    CHECK_GT_U(fault_backend_injected(d.f), 0);
+    fail_kinds(&d, 0);
+    CHECK_STATUS(gm_trim(p, 0), GM_ERR_BACKEND);
+    CHECK_STR_CONTAINS(gm_last_error(p), "neither remembered");
+    CHECK_EQ_U(stats_of(p).reserved_bytes, reserved);
+    CHECK_EQ_U(device_used(d.sim), used);
+    CHECK_OK(gm_pool_check(p));
+    REQUIRE_OK(gm_alloc(p, 4 * MiB, d.s1, &a)); /* the pool goes on with what it holds */
+    CHECK_OK(gm_free(p, a, d.s1));
+    CHECK_STATUS(gm_pool_destroy(p), GM_ERR_BACKEND);
+    CHECK_EQ_U(device_used(d.sim), used);
+    dev_free(&d);
+}
+
+int main(void)
+{
+    for (int vmm = 0; vmm < 2; vmm++) {
+        gm_segments seg = vmm ? GM_SEGMENTS_VMM : GM_SEGMENTS_PLAIN;
+        test_trim_keeps_unsynced(seg);
+        test_request_keeps_unsynced(seg);
+        test_destroy_keeps_unsynced(seg);
+        test_unlisted_stream(seg);
+    }
+    return check_summary();
+}
