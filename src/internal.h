@@ -73,6 +73,8 @@ enum {
 #define BLOCK_THREAD 16u     /* freed, in a thread's lock-free cache (tcache.c) */
 #define BLOCK_EXPORTED 32u   /* live, with an IPC export outstanding (share.c): never reused */
 #define BLOCK_HELD 64u       /* exported and freed by the program: freed at the last release */
+#define BLOCK_WITHHELD 128u  /* pending for good: the streams that used it could be neither
+                                listed nor synchronized (retire.c); released at destruction */
 
 typedef struct gm_span gm_span;
 typedef struct gm_arena gm_arena;
@@ -105,6 +107,19 @@ typedef struct gm_block {
                               unfiling need not recompute it; stale otherwise */
 } gm_block;
 static_assert(sizeof(gm_block) == 128, "a block record is two cache lines");
+
+/* What a pending block waits for, in its extra_streams storage (reinterpreted, extra_count
+ * entries): for each other stream that used it, the event recorded on that stream, or 0 while
+ * none could be recorded nor the stream synchronized (retire.c tries again at every poll). */
+typedef struct pending_wait {
+    gm_stream stream;
+    gm_event ev;
+} pending_wait;
+
+static inline pending_wait *pending_waits(gm_block *b)
+{
+    return (pending_wait *)(void *)b->extra_streams;
+}
 
 static inline void flags_set(gm_block *b, uint32_t v)
 {

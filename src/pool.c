@@ -193,11 +193,12 @@ static uint64_t pool_teardown(gm_pool *pool)
     while (pool->pending) { /* the program freed them: wait for their streams, then release */
         gm_block *b = pool->pending;
         pool->pending = b->free_next;
-        gm_event *events = (gm_event *)(void *)b->extra_streams;
+        pending_wait *w = pending_waits(b);
         for (uint32_t i = 0; i < b->extra_count; i++)
-            pool_event_put_locked(pool, events[i]);
+            if (w[i].ev)
+                pool_event_put_locked(pool, w[i].ev);
         b->extra_count = 0;
-        flags_drop(b, BLOCK_PENDING | BLOCK_TO_STRATEGY);
+        flags_drop(b, BLOCK_PENDING | BLOCK_TO_STRATEGY | BLOCK_WITHHELD);
         block_release_locked(pool, b);
     }
     for (int k = 0; k < LIVE_SHARDS; k++) { /* force: live blocks are dropped */

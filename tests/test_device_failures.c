@@ -4,7 +4,9 @@
  * when the test says so. Each is a regression test that failed before its fix:
  *   - a stream synchronization that fails before memory is unmapped or freed: the memory stays
  *     reserved and on the device (gm_trim, the out-of-memory ladder, destruction; plain
- *     segments and VMM pages), also when the stream could not even be listed (host memory).
+ *     segments and VMM pages), also when the stream could not even be listed (host memory);
+ *     a block whose other streams can be neither given an event nor synchronized is not handed
+ *     to another stream.
  */
 #include "fault_backend.h"
 #include "hostmem.h"
@@ -12,7 +14,7 @@
 
 #include <stdbool.h>
 
-static const size_t MiB = (size_t)1 << 20;
+static const size_t KiB = 1024, MiB = (size_t)1 << 20;
 
 typedef struct dev {
     gm_backend *sim, *f; /* f: the fault wrapper over sim, the pool's backend */
@@ -201,6 +203,77 @@ static void test_unlisted_stream(gm_segments segments)
     dev_free(&d);
 }
 
+/* ------------------------------------------------ a block other streams still use */
+
+/* a, allocated on s1 and used by a kernel there, is freed on s2: it may go to s2's work only
+ * after s1's kernel. With neither an event nor a synchronization of s1 to be had it must wait
+ * (before the fix it went to s2's cache at once); it comes back once an event on s1 completes. */
+static void test_pending_without_event_or_sync(void)
+{
+    printf("cross-stream free, failed event and sync\n");
+    dev d = dev_new(0);
+    gm_config cfg = config_of(GM_SEGMENTS_PLAIN);
+    gm_pool *p = pool_new(d.f, &cfg);
+    void *a = NULL, *b = NULL, *c = NULL, *e = NULL;
+    REQUIRE_OK(gm_alloc(p, 64 * KiB, d.s1, &a));
+    REQUIRE_OK(gm_sim_launch(d.sim, d.s1));
+    fail_kinds(&d, FAULT_BIT(FAULT_EVENT_RECORD) | FAULT_BIT(FAULT_STREAM_SYNC));
+    CHECK_OK(gm_free(p, a, d.s2));
+    CHECK_GT_U(fault_backend_injected(d.f), 0);
+    REQUIRE_OK(gm_alloc(p, 64 * KiB, d.s2, &b));
+    CHECK(b != a);
+    CHECK_OK(gm_pool_check(p));
+    fail_kinds(&d, 0);
+    REQUIRE_OK(gm_alloc(p, 64 * KiB, d.s2, &c)); /* an event on s1 now: not completed */
+    CHECK(c != a);
+    CHECK(busy(&d, d.s1));
+    CHECK_OK(gm_sim_stream_complete(d.sim, d.s1));
+    REQUIRE_OK(gm_alloc(p, 64 * KiB, d.s2, &e)); /* completed: a is s2's */
+    CHECK(e == a);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free(p, b, d.s2));
+    CHECK_OK(gm_free(p, c, d.s2));
+    CHECK_OK(gm_free(p, e, d.s2));
+    CHECK_OK(gm_pool_destroy(p));
+    CHECK_EQ_U(device_used(d.sim), 0);
+    dev_free(&d);
+}
+
+/* The same with host memory exhausted, so that the streams to wait for cannot be listed
+ * either: host allocation 1 fails the free's list of streams, 2 the list of events. The block
+ * is never handed out again; destruction gives it back. */
+static void test_withheld_without_host_memory(uint64_t host_call)
+{
+    printf("cross-stream free, failed sync, host allocation %llu fails\n",
+           (unsigned long long)host_call);
+    dev d = dev_new(0);
+    gm_config cfg = config_of(GM_SEGMENTS_PLAIN);
+    gm_pool *p = pool_new(d.f, &cfg);
+    void *a = NULL, *w = NULL;
+    REQUIRE_OK(gm_alloc(p, 64 * KiB, d.s2, &w)); /* s2 gets a heap and is listed for syncs */
+    CHECK_OK(gm_free(p, w, d.s2));
+    REQUIRE_OK(gm_alloc(p, 64 * KiB, d.s1, &a));
+    REQUIRE_OK(gm_sim_launch(d.sim, d.s1));
+    fail_kinds(&d, FAULT_BIT(FAULT_EVENT_RECORD) | FAULT_BIT(FAULT_STREAM_SYNC));
+    gm_host_fault_set(host_call, false);
+    CHECK_OK(gm_free(p, a, d.s2));
+    gm_host_fault_set(0, false);
+    CHECK_GT_U(fault_backend_injected(d.f), 0);
+    fail_kinds(&d, 0);
+    CHECK_OK(gm_sim_stream_complete(d.sim, d.s1));
+    void *got[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        REQUIRE_OK(gm_alloc(p, 64 * KiB, d.s2, &got[i]));
+        CHECK(got[i] != a);
+    }
+    CHECK_OK(gm_pool_check(p));
+    for (int i = 0; i < 3; i++)
+        CHECK_OK(gm_free(p, got[i], d.s2));
+    CHECK_OK(gm_pool_destroy(p));
+    CHECK_EQ_U(device_used(d.sim), 0);
+    dev_free(&d);
+}
+
 int main(void)
 {
     for (int vmm = 0; vmm < 2; vmm++) {
@@ -210,5 +283,8 @@ int main(void)
         test_destroy_keeps_unsynced(seg);
         test_unlisted_stream(seg);
     }
+    test_pending_without_event_or_sync();
+    test_withheld_without_host_memory(1);
+    test_withheld_without_host_memory(2);
     return check_summary();
 }
