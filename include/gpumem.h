@@ -551,7 +551,8 @@ typedef struct gm_defrag_result {
  * waits for an event recorded after the copy, so their work queued before the step sees the
  * old address and their work queued after it the new one. Then wholly free segments are
  * released and idle VMM pages unmapped. `out` may be NULL.
- * Fails: GM_ERR_INVALID_ARGUMENT (pool NULL), GM_ERR_BACKEND (a copy failed: the blocks moved
+ * Fails: GM_ERR_INVALID_ARGUMENT (pool NULL), GM_ERR_BACKEND (a copy failed, or the order
+ * with another stream could be had neither by an event nor by synchronizing: the blocks moved
  * before it stay moved and counted in *out, the failed one stays where it was).
  * O(movable blocks x blocks of the arena). Thread-safe. */
 GM_API gm_status gm_defrag_step(gm_pool *pool, gm_stream stream, size_t max_bytes,

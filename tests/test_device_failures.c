@@ -6,7 +6,7 @@
  *     reserved and on the device (gm_trim, the out-of-memory ladder, destruction; plain
  *     segments and VMM pages), also when the stream could not even be listed (host memory);
  *     a block whose other streams can be neither given an event nor synchronized is not handed
- *     to another stream.
+ *     to another stream; compaction does not move a block it cannot order with another stream.
  */
 #include "fault_backend.h"
 #include "hostmem.h"
@@ -274,6 +274,72 @@ static void test_withheld_without_host_memory(uint64_t host_call)
     dev_free(&d);
 }
 
+/* ------------------------------------------------ compaction */
+
+static void fill(dev *d, void *p, size_t n, unsigned char v)
+{
+    void *h = NULL;
+    REQUIRE_OK(gm_sim_host_ptr(d->sim, p, &h));
+    memset(h, v, n);
+}
+
+static bool holds(dev *d, void *p, size_t n, unsigned char v)
+{
+    unsigned char *h = NULL;
+    REQUIRE_OK(gm_sim_host_ptr(d->sim, p, (void **)&h));
+    for (size_t i = 0; i < n; i++)
+        if (h[i] != v)
+            return false;
+    return true;
+}
+
+/* A movable block on s1 that s2 also used, with s2's kernel still running, in a step on s1:
+ * the copy must wait for s2 (fail_at 1: neither an event nor a sync of s2 can be had), and s2
+ * for the copy (fail_at 2: the first ordering works, the second cannot be had). Unordered, the
+ * block must not move; before the fix it moved. */
+static void test_defrag_unordered(uint64_t fail_at)
+{
+    printf("compaction, ordering call %llu fails\n", (unsigned long long)fail_at);
+    dev d = dev_new(1);
+    gm_config cfg = config_of(GM_SEGMENTS_PLAIN);
+    cfg.cache_disable = 1;
+    gm_pool *p = pool_new(d.f, &cfg);
+    gm_handle *hole = NULL, *h = NULL;
+    void *old = NULL, *now = NULL;
+    REQUIRE_OK(gm_alloc_movable(p, 256 * KiB, d.s1, &hole));
+    REQUIRE_OK(gm_alloc_movable(p, 256 * KiB, d.s1, &h));
+    REQUIRE_OK(gm_handle_ptr(p, h, &old));
+    fill(&d, old, 256 * KiB, 7);
+    CHECK_OK(gm_record_stream(p, old, d.s2));
+    CHECK_OK(gm_free_handle(p, hole, d.s1));
+    CHECK_OK(gm_sim_stream_complete(d.sim, d.s1));
+    REQUIRE_OK(gm_sim_launch(d.sim, d.s2));
+    fault_backend_kinds(d.f, FAULT_BIT(FAULT_EVENT_RECORD) | FAULT_BIT(FAULT_STREAM_SYNC));
+    fault_backend_set(d.f, fail_at, true);
+    gm_defrag_result r;
+    CHECK_STATUS(gm_defrag_step(p, d.s1, 0, &r), GM_ERR_BACKEND);
+    CHECK_STR_CONTAINS(gm_last_error(p), "not moved");
+    CHECK_GT_U(fault_backend_injected(d.f), 0);
+    CHECK_EQ_U(r.blocks_moved, 0);
+    REQUIRE_OK(gm_handle_ptr(p, h, &now));
+    CHECK(now == old);
+    CHECK(holds(&d, now, 256 * KiB, 7));
+    CHECK_OK(gm_pool_check(p));
+    fail_kinds(&d, 0);
+    CHECK_OK(gm_defrag_step(p, d.s1, 0, &r)); /* ordered now: it moves */
+    CHECK_EQ_U(r.blocks_moved, 1);
+    REQUIRE_OK(gm_handle_ptr(p, h, &now));
+    CHECK_LT_U((uintptr_t)now, (uintptr_t)old);
+    CHECK_OK(gm_sim_stream_complete(d.sim, d.s1));
+    CHECK(holds(&d, now, 256 * KiB, 7));
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free_handle(p, h, d.s1));
+    CHECK_OK(gm_sim_stream_complete(d.sim, d.s2));
+    CHECK_OK(gm_pool_destroy(p));
+    CHECK_EQ_U(device_used(d.sim), 0);
+    dev_free(&d);
+}
+
 int main(void)
 {
     for (int vmm = 0; vmm < 2; vmm++) {
@@ -286,5 +352,7 @@ int main(void)
     test_pending_without_event_or_sync();
     test_withheld_without_host_memory(1);
     test_withheld_without_host_memory(2);
+    test_defrag_unordered(1);
+    test_defrag_unordered(2);
     return check_summary();
 }
