@@ -151,6 +151,8 @@ typedef struct vmm_page {
     gm_phys phys; /* 0 = unmapped; the handle of the page's run (all its pages hold it) */
     uint32_t users;
     bool fresh; /* first page of a run created by the pages_acquire call in progress */
+    bool ungranted; /* first page of a run the peers may lack access to (segment.c, run_map):
+                       granted before a block uses it */
     uint32_t idle_prev, idle_next; /* PAGE_NONE = none */
     /* Runs (segment.c): physical memory is created, mapped, unmapped and released in runs of
      * contiguous pages, one handle and one mapping each. run = first page of this page's run;
@@ -201,6 +203,7 @@ struct gm_arena {
     uint32_t idle_head;
     size_t idle_pages;
     uint32_t idle_runs[VMM_RUN_PAGES + 1]; /* idle runs (no page in use) by length */
+    size_t ungranted_runs; /* runs flagged vmm_page.ungranted */
 };
 
 struct gm_heap {

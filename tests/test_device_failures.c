@@ -6,7 +6,9 @@
  *     reserved and on the device (gm_trim, the out-of-memory ladder, destruction; plain
  *     segments and VMM pages), also when the stream could not even be listed (host memory);
  *     a block whose other streams can be neither given an event nor synchronized is not handed
- *     to another stream; compaction does not move a block it cannot order with another stream.
+ *     to another stream; compaction does not move a block it cannot order with another stream;
+ *   - a VMM map whose peers' grant fails and whose undoing unmap fails too: the pool keeps the
+ *     mapping the device keeps, and grants the peers access before a block uses it.
  */
 #include "fault_backend.h"
 #include "hostmem.h"
@@ -340,6 +342,86 @@ static void test_defrag_unordered(uint64_t fail_at)
     dev_free(&d);
 }
 
+/* ------------------------------------------------ peers: a map whose grant fails */
+
+/* A VMM pool on device 0 (behind the fault wrapper) shared with device 1. A request maps a new
+ * run and grants device 1 access to it (segment.c, run_map); the grant fails:
+ *   once:                   the map is undone and the handle released: the pool validates and
+ *                           reserves, and the device holds, exactly what they did before;
+ *   with the unmap failing: the mapping stays on the device, so the pool must keep it too
+ *                           (counted, mapped, idle), not forget it (it did: the bytes stayed on
+ *                           the device uncounted and the next map of those pages failed).
+ * Either way, once the device works, the request succeeds with device 1 able to reach the
+ * block (a kept run is granted before use), gm_trim gives everything back and the device ends
+ * empty. `recycle` makes the request move an idle run from another stream's heap (run_recycle)
+ * instead of creating one: that run was unmapped from its old place first, so a map that fails
+ * and is undone gives its handle back (the pool holds a run less, counted so). */
+static void test_peer_grant_fails(bool unmap_fails, bool recycle)
+{
+    printf("peer grant fails%s, %s run\n", unmap_fails ? " and so does the unmap" : "",
+           recycle ? "recycled" : "new");
+    gm_sim_config sc = {0};
+    sc.capacity = 64 * MiB;
+    sc.no_costs = 1;
+    gm_backend *sim[2], *f = NULL, *peer = NULL; /* peer: device 1 as a backend of f's kind */
+    REQUIRE_OK(gm_sim_devices_create(&sc, 2, sim));
+    REQUIRE_OK(fault_backend_create(sim[0], &f));
+    REQUIRE_OK(fault_backend_create(sim[1], &peer));
+    gm_stream s1 = NULL;
+    REQUIRE_OK(gm_sim_stream_create(sim[0], &s1));
+    gm_config cfg = config_of(GM_SEGMENTS_VMM);
+    cfg.cache_disable = 1; /* a freed block's pages go idle at once */
+    gm_pool *p = pool_new(f, &cfg);
+    REQUIRE_OK(gm_pool_enable_peer_access(p, peer));
+    void *a = NULL, *b = NULL;
+    REQUIRE_OK(gm_alloc(p, 4 * MiB, NULL, &a));
+    CHECK_OK(gm_sim_access_check(sim[1], a, 4 * MiB));
+    if (recycle) { /* a's run goes idle: the request on s1 moves it rather than grow */
+        CHECK_OK(gm_free(p, a, NULL));
+        a = NULL;
+    }
+    gm_stats before = stats_of(p);
+    size_t used = device_used(sim[0]);
+
+    fault_backend_kinds(f, FAULT_BIT(FAULT_PEER) | (unmap_fails ? FAULT_BIT(FAULT_UNMAP) : 0u));
+    /* eligible calls: (recycling: the unmap of the idle run,) the grant, the unmap undoing */
+    fault_backend_set(f, recycle && unmap_fails ? 2 : 1, unmap_fails);
+    CHECK_STATUS(gm_alloc(p, 4 * MiB, s1, &b), GM_ERR_BACKEND);
+    CHECK_EQ_U(fault_backend_injected(f), unmap_fails ? 2 : 1);
+    CHECK_OK(gm_pool_check(p));
+    gm_stats after = stats_of(p);
+    CHECK_EQ_U(after.live_bytes, before.live_bytes);
+    /* The pool counts what the device holds: as before; plus the run whose map could not be
+     * undone; a recycled run whose map failed and was undone is given back. */
+    CHECK_EQ_U(after.reserved_bytes, device_used(sim[0]));
+    size_t expect = before.reserved_bytes;
+    if (unmap_fails && !recycle)
+        expect += 4 * MiB;
+    if (!unmap_fails && recycle)
+        expect -= 4 * MiB;
+    CHECK_EQ_U(after.reserved_bytes, expect);
+    CHECK_EQ_U(device_used(sim[0]), used + expect - before.reserved_bytes);
+
+    fault_backend_set(f, 0, false);
+    REQUIRE_OK(gm_alloc(p, 4 * MiB, s1, &b));
+    CHECK_OK(gm_sim_access_check(sim[1], b, 4 * MiB));
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free(p, b, s1));
+    if (a)
+        CHECK_OK(gm_free(p, a, NULL));
+    CHECK_OK(gm_trim(p, 0));
+    CHECK_EQ_U(stats_of(p).reserved_bytes, 0);
+    CHECK_EQ_U(device_used(sim[0]), 0);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+    CHECK_EQ_U(device_used(sim[0]), 0);
+    CHECK_OK(gm_sim_stream_destroy(sim[0], s1));
+    gm_backend_destroy(f);
+    gm_backend_destroy(peer);
+    gm_backend_destroy(sim[0]);
+    gm_backend_destroy(sim[1]);
+}
+
 int main(void)
 {
     for (int vmm = 0; vmm < 2; vmm++) {
@@ -354,5 +436,9 @@ int main(void)
     test_withheld_without_host_memory(2);
     test_defrag_unordered(1);
     test_defrag_unordered(2);
+    for (int recycle = 0; recycle < 2; recycle++) {
+        test_peer_grant_fails(false, recycle);
+        test_peer_grant_fails(true, recycle);
+    }
     return check_summary();
 }
