@@ -421,9 +421,9 @@ GM_API gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_po
  * names the count in gm_last_error, and destroys nothing: free them first, or use
  * gm_pool_destroy_force. NULL pool: GM_ERR_INVALID_ARGUMENT. If the device refuses to take
  * memory back (a failed cuMemFree / cuMemUnmap / cuMemRelease, or a failed synchronization of a
- * stream that freed it, which the pool needs first), the pool is destroyed anyway and the call
- * returns GM_ERR_BACKEND, naming the count in gm_last_error(NULL): that memory stays on the
- * device. No other thread may use the pool. */
+ * stream that freed it, which the pool needs first) or an event (cuEventDestroy), the pool is
+ * destroyed anyway and the call returns GM_ERR_BACKEND, naming the count in
+ * gm_last_error(NULL): what they held stays on the device. No other thread may use the pool. */
 GM_API gm_status gm_pool_destroy(gm_pool *pool);
 
 /* Destroy a pool even with live blocks; their device memory is released, so those pointers

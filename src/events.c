@@ -29,7 +29,9 @@ void pool_event_put_locked(gm_pool *pool, gm_event ev)
         size_t cap = pool->event_cap ? pool->event_cap * 2 : 16;
         gm_event *events = gm_host_realloc(pool->events, cap * sizeof *events);
         if (!events) {
-            (void)pool->backend->ops->event_destroy(pool->backend, ev);
+            gm_backend *be = pool->backend;
+            if (DEVICE_CALL(pool, GM_CALL_EVENT_DESTROY, be->ops->event_destroy(be, ev)) != GM_OK)
+                pool->events_lost++; /* left to the device; destruction reports it */
             return;
         }
         pool->events = events;

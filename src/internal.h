@@ -393,6 +393,8 @@ struct gm_pool {
     gm_block *pending; /* freed blocks waiting for other streams' events */
     gm_event *events;  /* pooled events, free for reuse */
     size_t event_count, event_cap;
+    uint64_t events_lost; /* events that could not be kept (host memory) nor destroyed:
+                             gm_pool_destroy reports them with its failed releases */
     gm_stream *synced_streams; /* streams that freed memory: synced before unmapping */
     size_t synced_count, synced_cap;
     size_t unsynced_unlisted; /* streams that freed memory that could be neither listed nor
@@ -526,7 +528,8 @@ static inline void note_live(gm_pool *pool, size_t requested, size_t size, bool 
 /* --- events.c: reusable events and the streams to synchronize --- */
 /* An event from the pool's free events, or a new one. */
 gm_status pool_event_get_locked(gm_pool *pool, gm_event *out);
-/* Give an event back for reuse (destroyed if host memory is exhausted). */
+/* Give an event back for reuse (destroyed if host memory is exhausted; a failed destruction is
+ * counted in events_lost). */
 void pool_event_put_locked(gm_pool *pool, gm_event ev);
 GM_COLD void add_stream_for_sync(gm_pool *pool, gm_stream s);
 /* Remember that `s` freed memory: it is synchronized before memory is unmapped or freed.

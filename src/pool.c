@@ -178,8 +178,8 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     return GM_OK;
 }
 
-/* Give everything back and free the pool. Returns the device releases that failed (memory
- * left on the device): the pool is gone either way. */
+/* Give everything back and free the pool. Returns the device releases that failed (memory or
+ * events left on the device): the pool is gone either way. */
 static uint64_t pool_teardown(gm_pool *pool)
 {
     gm_backend *be = pool->backend;
@@ -220,8 +220,10 @@ static uint64_t pool_teardown(gm_pool *pool)
                 lost += span_release_force_locked(pool, a->spans) != GM_OK;
             a->ops->fini(&pool->strat, a);
         }
-    for (size_t i = 0; i < pool->event_count; i++)
-        (void)be->ops->event_destroy(be, pool->events[i]);
+    for (size_t i = 0; i < pool->event_count; i++) /* a refused one is left to the device */
+        lost += DEVICE_CALL(pool, GM_CALL_EVENT_DESTROY,
+                            be->ops->event_destroy(be, pool->events[i])) != GM_OK;
+    lost += pool->events_lost;
     for (int k = 0; k < ARENA_COUNT; k++)
         pool->grant_arenas[k].ops->fini(&pool->strat, &pool->grant_arenas[k]);
     gm_mutex_unlock(&pool->lock);
@@ -247,7 +249,7 @@ static gm_status teardown_status(uint64_t lost, const char *fn)
     if (!lost)
         return GM_OK;
     char why[160];
-    snprintf(why, sizeof why, "%llu device releases failed (%s); that memory stays on the "
+    snprintf(why, sizeof why, "%llu device releases failed (%s); what they held stays on the "
              "device", (unsigned long long)lost, gm_backend_last_error());
     return fail_no_pool(GM_ERR_BACKEND, fn, why);
 }

@@ -8,7 +8,9 @@
  *     a block whose other streams can be neither given an event nor synchronized is not handed
  *     to another stream; compaction does not move a block it cannot order with another stream;
  *   - a VMM map whose peers' grant fails and whose undoing unmap fails too: the pool keeps the
- *     mapping the device keeps, and grants the peers access before a block uses it.
+ *     mapping the device keeps, and grants the peers access before a block uses it;
+ *   - an event the pool cannot destroy (at destruction, or while it lives without host memory
+ *     to keep it) is reported by gm_pool_destroy like a refused release.
  */
 #include "fault_backend.h"
 #include "hostmem.h"
@@ -342,6 +344,42 @@ static void test_defrag_unordered(uint64_t fail_at)
     dev_free(&d);
 }
 
+/* ------------------------------------------------ events that cannot be destroyed */
+
+/* The pool keeps an event (made by a cross-stream free) for reuse. Destroying it fails:
+ *   at gm_pool_destroy:  nothing can be done, but it is reported like a refused release;
+ *   during the pool's life, when host memory to keep it is exhausted too (host_call: the
+ *   event list's growth fails): it is left to the device and destruction reports it.
+ * Both were dropped silently before. */
+static void test_event_destroy_fails(bool during_life)
+{
+    printf("event_destroy fails %s\n", during_life ? "while the pool lives" : "at destroy");
+    dev d = dev_new(0);
+    gm_config cfg = config_of(GM_SEGMENTS_PLAIN);
+    gm_pool *p = pool_new(d.f, &cfg);
+    void *a = NULL, *b = NULL;
+    REQUIRE_OK(gm_alloc(p, 64 * KiB, d.s1, &a));
+    REQUIRE_OK(gm_sim_launch(d.sim, d.s1));
+    CHECK_OK(gm_free(p, a, d.s2)); /* pending behind an event on s1 */
+    CHECK_OK(gm_sim_stream_complete(d.sim, d.s1));
+    fault_backend_kinds(d.f, FAULT_BIT(FAULT_EVENT_DESTROY));
+    fault_backend_set(d.f, 1, !during_life);
+    if (during_life)
+        gm_host_fault_set(1, false); /* the completed event cannot be kept */
+    REQUIRE_OK(gm_alloc(p, 64 * KiB, d.s2, &b)); /* polls: the event completed */
+    gm_host_fault_set(0, false);
+    CHECK(b == a);
+    CHECK_EQ_U(fault_backend_injected(d.f), during_life ? 1 : 0);
+    CHECK_OK(gm_free(p, b, d.s2));
+    CHECK_OK(gm_pool_check(p));
+    CHECK_STATUS(gm_pool_destroy(p), GM_ERR_BACKEND);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "1 device releases failed");
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "event_destroy");
+    CHECK_EQ_U(fault_backend_injected(d.f), 1);
+    CHECK_EQ_U(device_used(d.sim), 0); /* the memory itself went back */
+    dev_free(&d);
+}
+
 /* ------------------------------------------------ peers: a map whose grant fails */
 
 /* A VMM pool on device 0 (behind the fault wrapper) shared with device 1. A request maps a new
@@ -440,5 +478,7 @@ int main(void)
         test_peer_grant_fails(false, recycle);
         test_peer_grant_fails(true, recycle);
     }
+    test_event_destroy_fails(false);
+    test_event_destroy_fails(true);
     return check_summary();
 }
