@@ -4,7 +4,8 @@
 
 - gpumem: ctypes bindings over the C library, which is compiled here with the package's C glue
   (python/gpumem/_glue.c, _cupy.c) into one shared object, gpumem/_gpumem*.so: a C compiler is
-  all it needs (no cmake).
+  all it needs (no cmake). The library's sources are CMakeLists.txt's GM_SOURCES, read by
+  gm_sources.py (integrations/torch/torch_ext.py reads them there too).
 - gpumem.cupy: CuPy's allocator hook (it imports CuPy only when used).
 - gpumem.torch: PyTorch's allocator backend, with its C++ extension built by
   integrations/torch/torch_ext.py, only when torch is importable here.
@@ -13,6 +14,7 @@ Build files go to build-python/ (GPUMEM_BUILD_BASE overrides it), never to build
 import importlib.util
 import os
 import re
+import sys
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -21,13 +23,8 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 os.chdir(ROOT)
 BUILD_BASE = os.environ.get("GPUMEM_BUILD_BASE", "build-python")
 os.makedirs(BUILD_BASE, exist_ok=True)
-
-
-def library_sources():
-    """CMakeLists.txt's GM_SOURCES: the one list of what the library is."""
-    with open("CMakeLists.txt") as f:
-        body = f.read().split("set(GM_SOURCES", 1)[1].split(")", 1)[0]
-    return [s for s in body.split() if s.endswith(".c")]
+sys.path.insert(0, ROOT)  # gm_sources.py: CMakeLists.txt's GM_SOURCES, torch_ext.py's too
+from gm_sources import library_sources  # noqa: E402
 
 
 def version():
@@ -37,7 +34,7 @@ def version():
 
 core = Extension(
     "gpumem._gpumem",
-    sources=library_sources() + ["python/gpumem/_glue.c", "python/gpumem/_cupy.c"],
+    sources=library_sources(ROOT) + ["python/gpumem/_glue.c", "python/gpumem/_cupy.c"],
     include_dirs=["include", "src", "src/backend", "src/strategy"],
     define_macros=[("_GNU_SOURCE", None), ("GM_DEBUG", "1")],
     extra_compile_args=["-std=c11", "-O2", "-fvisibility=hidden", "-pthread"],

@@ -420,9 +420,10 @@ GM_API gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_po
 /* Destroy a pool and give all its device memory back. With live blocks it returns GM_ERR_BUSY,
  * names the count in gm_last_error, and destroys nothing: free them first, or use
  * gm_pool_destroy_force. NULL pool: GM_ERR_INVALID_ARGUMENT. If the device refuses to take
- * memory back (a failed cuMemFree / cuMemUnmap / cuMemRelease), the pool is destroyed anyway and
- * the call returns GM_ERR_BACKEND, naming the count in gm_last_error(NULL): that memory stays
- * on the device. No other thread may use the pool. */
+ * memory back (a failed cuMemFree / cuMemUnmap / cuMemRelease, or a failed synchronization of a
+ * stream that freed it, which the pool needs first) or an event (cuEventDestroy), the pool is
+ * destroyed anyway and the call returns GM_ERR_BACKEND, naming the count in
+ * gm_last_error(NULL): what they held stays on the device. No other thread may use the pool. */
 GM_API gm_status gm_pool_destroy(gm_pool *pool);
 
 /* Destroy a pool even with live blocks; their device memory is released, so those pointers
@@ -467,7 +468,9 @@ GM_API gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream);
 
 /* Give cached and free device memory back until at most `keep_bytes` remain reserved (0 =
  * release everything that is free; the empty_cache users know). Memory of live blocks is never
- * released. Fails: GM_ERR_INVALID_ARGUMENT, GM_ERR_BACKEND. O(segments). Thread-safe. */
+ * released. Fails: GM_ERR_INVALID_ARGUMENT, GM_ERR_BACKEND (a stream that freed memory could
+ * not be synchronized: that memory stays reserved until a later release can synchronize it, so
+ * the stream must not be destroyed yet). O(segments). Thread-safe. */
 GM_API gm_status gm_trim(gm_pool *pool, size_t keep_bytes);
 
 /* ---------------------------------------------------------------------------------------------
@@ -548,7 +551,8 @@ typedef struct gm_defrag_result {
  * waits for an event recorded after the copy, so their work queued before the step sees the
  * old address and their work queued after it the new one. Then wholly free segments are
  * released and idle VMM pages unmapped. `out` may be NULL.
- * Fails: GM_ERR_INVALID_ARGUMENT (pool NULL), GM_ERR_BACKEND (a copy failed: the blocks moved
+ * Fails: GM_ERR_INVALID_ARGUMENT (pool NULL), GM_ERR_BACKEND (a copy failed, or the order
+ * with another stream could be had neither by an event nor by synchronizing: the blocks moved
  * before it stay moved and counted in *out, the failed one stays where it was).
  * O(movable blocks x blocks of the arena). Thread-safe. */
 GM_API gm_status gm_defrag_step(gm_pool *pool, gm_stream stream, size_t max_bytes,

@@ -38,7 +38,8 @@
  * was synchronized (note_stream_for_sync). Another stream E that used the block: the copy waits
  * for an event recorded on E at the step (E's earlier work used the old address), and E waits
  * for an event recorded on the stream after the copy (E's later work uses the new one); an
- * event that cannot be recorded is replaced by synchronizing its stream. Blocks of other
+ * event that cannot be recorded is replaced by synchronizing its stream, and if that fails too
+ * the block does not move (the step fails with GM_ERR_BACKEND). Blocks of other
  * streams' heaps are not moved by a step on this stream (docs/defrag.md).
  *
  * Bounds: handle calls O(1). A step: O(cached blocks) to evict, then O(C log C + C x B) for C
@@ -179,8 +180,9 @@ static uint64_t move_estimate_ns(const gm_pool *pool, const gm_block *c)
 
 /* Make stream `waiter` wait on the device for the work queued so far on `on`: an event recorded
  * on `on`, then a stream wait. If the event cannot be had or recorded, `on` is synchronized
- * instead (the host waits; the order holds either way). */
-static void order_after_locked(gm_pool *pool, gm_stream waiter, gm_stream on)
+ * instead (the host waits; the order holds either way). Fails if that fails too: then nothing
+ * orders the two. */
+static gm_status order_after_locked(gm_pool *pool, gm_stream waiter, gm_stream on)
 {
     gm_backend *be = pool->backend;
     gm_event ev = 0;
@@ -192,7 +194,21 @@ static void order_after_locked(gm_pool *pool, gm_stream waiter, gm_stream on)
     if (ev)
         pool_event_put_locked(pool, ev); /* the wait captured the event: it may be reused */
     if (st != GM_OK)
-        (void)be->ops->stream_sync(be, on);
+        st = be->ops->stream_sync(be, on);
+    return st;
+}
+
+/* A move that cannot be ordered with another stream's work is given up: the target goes back
+ * (its stream orders any later use after the copy, if one was queued) and block c stays. */
+static bool move_unordered_locked(gm_pool *pool, gm_block *c, gm_block *nb, defrag_run *r,
+                                  gm_stream other, const char *when)
+{
+    block_release_locked(pool, nb);
+    r->st = pool_fail_locked(pool, GM_ERR_BACKEND,
+                             "gm_defrag_step: block %p not moved: stream %p cannot be ordered "
+                             "%s the copy: %s", (void *)c->addr, (void *)other, when,
+                             gm_backend_last_error());
+    return false;
 }
 
 /* Every page of [addr, addr + size) in VMM arena a is mapped. */
@@ -248,8 +264,9 @@ static bool move_block_locked(gm_pool *pool, gm_arena *a, gm_block *c, gm_block 
     /* Other streams' work queued before the step reads or writes the old range: the copy waits
      * for it. */
     for (uint32_t i = 0; i < c->extra_count; i++)
-        if (c->extra_streams[i] != r->stream)
-            order_after_locked(pool, r->stream, c->extra_streams[i]);
+        if (c->extra_streams[i] != r->stream &&
+            order_after_locked(pool, r->stream, c->extra_streams[i]) != GM_OK)
+            return move_unordered_locked(pool, c, nb, r, c->extra_streams[i], "before");
     uint64_t t0 = pool->device_time_ns;
     gm_status st = DEVICE_CALL(pool, GM_CALL_COPY,
                                be->ops->copy(be, nb->addr, c->addr, c->requested, r->stream));
@@ -266,7 +283,8 @@ static bool move_block_locked(gm_pool *pool, gm_arena *a, gm_block *c, gm_block 
     /* Their work queued after the step uses the new address: it waits for the copy. */
     for (uint32_t i = 0; i < c->extra_count; i++)
         if (c->extra_streams[i] != r->stream) {
-            order_after_locked(pool, c->extra_streams[i], r->stream);
+            if (order_after_locked(pool, c->extra_streams[i], r->stream) != GM_OK)
+                return move_unordered_locked(pool, c, nb, r, c->extra_streams[i], "after");
             r->res.streams_ordered++;
         }
     nb->requested = c->requested;

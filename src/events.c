@@ -3,6 +3,11 @@
  * streams that freed memory since the last synchronization, which are synchronized before any
  * memory is unmapped or given back. Below the cache (which records events lazily) and above
  * only the backend and the counters.
+ *
+ * A stream whose synchronization fails stays listed, and nothing may be unmapped or freed until
+ * a later synchronization of it succeeds (sync_streams_locked says so to its callers): its
+ * queued work may still use the memory. A stream that could not even be listed (host memory)
+ * nor synchronized is not known any more, so from then on the pool gives nothing back.
  */
 #include "internal.h"
 
@@ -24,7 +29,9 @@ void pool_event_put_locked(gm_pool *pool, gm_event ev)
         size_t cap = pool->event_cap ? pool->event_cap * 2 : 16;
         gm_event *events = gm_host_realloc(pool->events, cap * sizeof *events);
         if (!events) {
-            (void)pool->backend->ops->event_destroy(pool->backend, ev);
+            gm_backend *be = pool->backend;
+            if (DEVICE_CALL(pool, GM_CALL_EVENT_DESTROY, be->ops->event_destroy(be, ev)) != GM_OK)
+                pool->events_lost++; /* left to the device; destruction reports it */
             return;
         }
         pool->events = events;
@@ -39,8 +46,9 @@ GM_COLD void add_stream_for_sync(gm_pool *pool, gm_stream s)
     if (pool->synced_count == pool->synced_cap) {
         size_t cap = pool->synced_cap ? pool->synced_cap * 2 : 8;
         gm_stream *v = gm_host_realloc(pool->synced_streams, cap * sizeof *v);
-        if (!v) {
-            (void)pool->backend->ops->stream_sync(pool->backend, s); /* cannot remember: wait */
+        if (!v) { /* cannot remember it: wait for it now */
+            if (pool->backend->ops->stream_sync(pool->backend, s) != GM_OK)
+                pool->unsynced_unlisted++; /* nor wait: see sync_streams_locked */
             return;
         }
         pool->synced_streams = v;
@@ -49,9 +57,24 @@ GM_COLD void add_stream_for_sync(gm_pool *pool, gm_stream s)
     pool->synced_streams[pool->synced_count++] = s;
 }
 
-void sync_streams_locked(gm_pool *pool)
+gm_status sync_streams_locked(gm_pool *pool)
 {
-    for (size_t i = 0; i < pool->synced_count; i++)
-        (void)pool->backend->ops->stream_sync(pool->backend, pool->synced_streams[i]);
-    pool->synced_count = 0;
+    gm_backend *be = pool->backend;
+    gm_status first = GM_OK;
+    size_t kept = 0;
+    for (size_t i = 0; i < pool->synced_count; i++) {
+        gm_status st = be->ops->stream_sync(be, pool->synced_streams[i]);
+        if (st == GM_OK)
+            continue;
+        if (first == GM_OK)
+            first = st;
+        pool->synced_streams[kept++] = pool->synced_streams[i]; /* tried again next time */
+    }
+    pool->synced_count = kept;
+    if (first == GM_OK && pool->unsynced_unlisted) /* a stream that freed memory is unknown */
+        first = backend_set_error(GM_ERR_BACKEND,
+                                  "%zu streams that freed memory could be neither remembered "
+                                  "(host memory) nor synchronized: the pool gives no memory back "
+                                  "to the device", pool->unsynced_unlisted);
+    return first;
 }

@@ -73,6 +73,8 @@ enum {
 #define BLOCK_THREAD 16u     /* freed, in a thread's lock-free cache (tcache.c) */
 #define BLOCK_EXPORTED 32u   /* live, with an IPC export outstanding (share.c): never reused */
 #define BLOCK_HELD 64u       /* exported and freed by the program: freed at the last release */
+#define BLOCK_WITHHELD 128u  /* pending for good: the streams that used it could be neither
+                                listed nor synchronized (retire.c); released at destruction */
 
 typedef struct gm_span gm_span;
 typedef struct gm_arena gm_arena;
@@ -106,6 +108,19 @@ typedef struct gm_block {
 } gm_block;
 static_assert(sizeof(gm_block) == 128, "a block record is two cache lines");
 
+/* What a pending block waits for, in its extra_streams storage (reinterpreted, extra_count
+ * entries): for each other stream that used it, the event recorded on that stream, or 0 while
+ * none could be recorded nor the stream synchronized (retire.c tries again at every poll). */
+typedef struct pending_wait {
+    gm_stream stream;
+    gm_event ev;
+} pending_wait;
+
+static inline pending_wait *pending_waits(gm_block *b)
+{
+    return (pending_wait *)(void *)b->extra_streams;
+}
+
 static inline void flags_set(gm_block *b, uint32_t v)
 {
     atomic_store_explicit(&b->flags, v, memory_order_relaxed);
@@ -136,6 +151,8 @@ typedef struct vmm_page {
     gm_phys phys; /* 0 = unmapped; the handle of the page's run (all its pages hold it) */
     uint32_t users;
     bool fresh; /* first page of a run created by the pages_acquire call in progress */
+    bool ungranted; /* first page of a run the peers may lack access to (segment.c, run_map):
+                       granted before a block uses it */
     uint32_t idle_prev, idle_next; /* PAGE_NONE = none */
     /* Runs (segment.c): physical memory is created, mapped, unmapped and released in runs of
      * contiguous pages, one handle and one mapping each. run = first page of this page's run;
@@ -186,6 +203,7 @@ struct gm_arena {
     uint32_t idle_head;
     size_t idle_pages;
     uint32_t idle_runs[VMM_RUN_PAGES + 1]; /* idle runs (no page in use) by length */
+    size_t ungranted_runs; /* runs flagged vmm_page.ungranted */
 };
 
 struct gm_heap {
@@ -435,8 +453,12 @@ struct gm_pool {
     gm_block *pending; /* freed blocks waiting for other streams' events */
     gm_event *events;  /* pooled events, free for reuse */
     size_t event_count, event_cap;
+    uint64_t events_lost; /* events that could not be kept (host memory) nor destroyed:
+                             gm_pool_destroy reports them with its failed releases */
     gm_stream *synced_streams; /* streams that freed memory: synced before unmapping */
     size_t synced_count, synced_cap;
+    size_t unsynced_unlisted; /* streams that freed memory that could be neither listed nor
+                                 synchronized (events.c): no memory goes back to the device */
 
 
     /* Counters of the locked path (under lock); the lock-free path keeps its own deltas in
@@ -566,7 +588,8 @@ static inline void note_live(gm_pool *pool, size_t requested, size_t size, bool 
 /* --- events.c: reusable events and the streams to synchronize --- */
 /* An event from the pool's free events, or a new one. */
 gm_status pool_event_get_locked(gm_pool *pool, gm_event *out);
-/* Give an event back for reuse (destroyed if host memory is exhausted). */
+/* Give an event back for reuse (destroyed if host memory is exhausted; a failed destruction is
+ * counted in events_lost). */
 void pool_event_put_locked(gm_pool *pool, gm_event ev);
 GM_COLD void add_stream_for_sync(gm_pool *pool, gm_stream s);
 /* Remember that `s` freed memory: it is synchronized before memory is unmapped or freed.
@@ -578,8 +601,10 @@ static inline void note_stream_for_sync(gm_pool *pool, gm_stream s)
             return;
     add_stream_for_sync(pool, s);
 }
-/* Synchronize every stream noted since the last time. */
-void sync_streams_locked(gm_pool *pool);
+/* Synchronize every stream noted since the last time. A stream whose synchronization fails
+ * stays noted (tried again next time) and the first failure is returned: the caller must then
+ * not unmap or free anything, as the device may still be using it. */
+gm_status sync_streams_locked(gm_pool *pool);
 
 /* --- growth.c: plain segment sizing and growth (a pool policy) --- */
 /* Bytes of a new plain segment of arena a to serve a block of `granted` bytes. */
@@ -631,8 +656,9 @@ void pool_free_block_locked(gm_pool *pool, gm_block *b, gm_stream stream);
  * events completed finish. Never waits for the device. */
 void pool_evict_caches_locked(gm_pool *pool);
 /* Empty the threads' caches, the pool's cache and the pending list as far as the device allows:
- * evict, wait for the streams that freed memory, finish pending frees, again. */
-void drain_locked(gm_pool *pool);
+ * evict, wait for the streams that freed memory, finish pending frees, again. Fails when the
+ * streams could not be synchronized (their memory then stays reserved). */
+gm_status drain_locked(gm_pool *pool);
 /* gm_alloc's refusals of a request no memory could serve (size 0, a size or kind the
  * configuration refuses, past the device or the reserve limit), with their messages. */
 GM_COLD gm_status alloc_refused_locked(gm_pool *pool, const gm_request *rq, gm_stream stream);

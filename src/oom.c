@@ -25,17 +25,20 @@ void pool_evict_caches_locked(gm_pool *pool)
 
 /* Empty the threads' caches, the pool's cache and the pending list as far as the device allows:
  * evict, wait for the streams that freed memory, finish pending frees (which may refill the
- * cache), again. */
-void drain_locked(gm_pool *pool)
+ * cache), again. The last synchronization's status: when it failed, a stream stays noted and
+ * the releases that follow refuse to give its memory back (events.c). */
+gm_status drain_locked(gm_pool *pool)
 {
+    gm_status st = GM_OK;
     (void)tcache_reclaim_locked(pool);
     for (int round = 0; round < 3; round++) {
         cache_evict_all_locked(pool);
-        sync_streams_locked(pool);
+        st = sync_streams_locked(pool);
         if (!pool->pending)
             break;
         process_pending_locked(pool);
     }
+    return st;
 }
 
 static GM_COLD gm_status fail_oom_locked(gm_pool *pool, size_t size, gm_stream stream,
@@ -87,7 +90,7 @@ static GM_COLD gm_status oom_ladder_locked(gm_pool *pool, gm_arena **ap, size_t 
         (st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
         return st;
     pool->oom_ladder[1]++;
-    drain_locked(pool);
+    (void)drain_locked(pool); /* a failed sync: the release below keeps that memory */
     release_free_memory_locked(pool, 0, SIZE_MAX);
     if ((st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
         return st;
@@ -105,7 +108,7 @@ static GM_COLD gm_status oom_ladder_locked(gm_pool *pool, gm_arena **ap, size_t 
         a = *ap = &pool->heaps[heap].arenas[kind];
         if (!again)
             break;
-        drain_locked(pool); /* what the program freed, back to the device */
+        (void)drain_locked(pool); /* what the program freed, back to the device */
         release_free_memory_locked(pool, 0, SIZE_MAX);
         if ((st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
             return st;

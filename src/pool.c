@@ -178,8 +178,8 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     return GM_OK;
 }
 
-/* Give everything back and free the pool. Returns the device releases that failed (memory
- * left on the device): the pool is gone either way. */
+/* Give everything back and free the pool. Returns the device releases that failed (memory or
+ * events left on the device): the pool is gone either way. */
 static uint64_t pool_teardown(gm_pool *pool)
 {
     gm_backend *be = pool->backend;
@@ -189,15 +189,16 @@ static uint64_t pool_teardown(gm_pool *pool)
     gm_mutex_lock(&pool->lock);
     share_fini(pool); /* exports end with the pool: their memory goes back below */
     pool->cache.enabled = false; /* retired blocks go straight back from here on */
-    drain_locked(pool);
+    (void)drain_locked(pool); /* a failed sync: the releases below keep (and count) that memory */
     while (pool->pending) { /* the program freed them: wait for their streams, then release */
         gm_block *b = pool->pending;
         pool->pending = b->free_next;
-        gm_event *events = (gm_event *)(void *)b->extra_streams;
+        pending_wait *w = pending_waits(b);
         for (uint32_t i = 0; i < b->extra_count; i++)
-            pool_event_put_locked(pool, events[i]);
+            if (w[i].ev)
+                pool_event_put_locked(pool, w[i].ev);
         b->extra_count = 0;
-        flags_drop(b, BLOCK_PENDING | BLOCK_TO_STRATEGY);
+        flags_drop(b, BLOCK_PENDING | BLOCK_TO_STRATEGY | BLOCK_WITHHELD);
         block_release_locked(pool, b);
     }
     for (int k = 0; k < LIVE_SHARDS; k++) { /* force: live blocks are dropped */
@@ -219,8 +220,10 @@ static uint64_t pool_teardown(gm_pool *pool)
                 lost += span_release_force_locked(pool, a->spans) != GM_OK;
             a->ops->fini(&pool->strat, a);
         }
-    for (size_t i = 0; i < pool->event_count; i++)
-        (void)be->ops->event_destroy(be, pool->events[i]);
+    for (size_t i = 0; i < pool->event_count; i++) /* a refused one is left to the device */
+        lost += DEVICE_CALL(pool, GM_CALL_EVENT_DESTROY,
+                            be->ops->event_destroy(be, pool->events[i])) != GM_OK;
+    lost += pool->events_lost;
     for (int k = 0; k < ARENA_COUNT; k++)
         pool->grant_arenas[k].ops->fini(&pool->strat, &pool->grant_arenas[k]);
     gm_mutex_unlock(&pool->lock);
@@ -246,7 +249,7 @@ static gm_status teardown_status(uint64_t lost, const char *fn)
     if (!lost)
         return GM_OK;
     char why[160];
-    snprintf(why, sizeof why, "%llu device releases failed (%s); that memory stays on the "
+    snprintf(why, sizeof why, "%llu device releases failed (%s); what they held stays on the "
              "device", (unsigned long long)lost, gm_backend_last_error());
     return fail_no_pool(GM_ERR_BACKEND, fn, why);
 }
@@ -281,13 +284,17 @@ gm_status gm_trim(gm_pool *pool, size_t keep_bytes)
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_trim", "pool is NULL");
     gm_mutex_lock(&pool->lock);
-    drain_locked(pool);
+    gm_status st = drain_locked(pool);
+    if (st != GM_OK) /* the streams' work may still use what they freed: it stays reserved */
+        st = pool_fail_locked(pool, st, "gm_trim: a stream that freed memory could not be "
+                              "synchronized, so its memory stays reserved: %s",
+                              gm_backend_last_error());
     release_free_memory_locked(pool, keep_bytes, SIZE_MAX);
     if (keep_bytes == 0) /* also give back virtual ranges that hold nothing */
         for (size_t h = 0; h < pool->heap_count; h++)
             for (int k = 0; k < ARENA_COUNT; k++)
                 vmm_release_ranges_locked(pool, &pool->heaps[h].arenas[k]);
-    return pool_unlock(pool, GM_OK);
+    return pool_unlock(pool, st);
 }
 
 gm_status gm_pool_reset_peaks(gm_pool *pool)

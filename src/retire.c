@@ -10,18 +10,43 @@
 
 #include <stdlib.h>
 
-/* A pending block keeps the events it waits for in its extra_streams storage, reinterpreted as
- * a gm_event array of extra_count entries (the streams are no longer needed once recorded). */
+/* Begin waiting for the work queued so far on w->stream: an event recorded on it, or, if none
+ * can be, the stream synchronized (then the wait is over: true with w->ev 0). False if neither
+ * could be done: the entry stays, tried again at the next poll. */
+static bool wait_begin_locked(gm_pool *pool, pending_wait *w)
+{
+    gm_backend *be = pool->backend;
+    gm_event ev = 0;
+    gm_status st = pool_event_get_locked(pool, &ev);
+    if (st == GM_OK)
+        st = DEVICE_CALL(pool, GM_CALL_EVENT_RECORD, be->ops->event_record(be, ev, w->stream));
+    if (st == GM_OK) {
+        w->ev = ev;
+        return true;
+    }
+    if (ev)
+        pool_event_put_locked(pool, ev);
+    return be->ops->stream_sync(be, w->stream) == GM_OK;
+}
+
+/* Whether everything pending block b waits for (pending_wait entries) has completed; completed
+ * entries are dropped. */
 static bool pending_events_done_locked(gm_pool *pool, gm_block *b)
 {
     gm_backend *be = pool->backend;
-    gm_event *events = (gm_event *)(void *)b->extra_streams;
+    pending_wait *w = pending_waits(b);
+    if (b->flags & BLOCK_WITHHELD)
+        return false;
     while (b->extra_count) {
-        gm_event ev = events[b->extra_count - 1];
-        if (DEVICE_CALL(pool, GM_CALL_EVENT_QUERY, be->ops->event_query(be, ev)) ==
-            GM_ERR_NOT_READY)
-            return false;
-        pool_event_put_locked(pool, ev);
+        pending_wait *last = &w[b->extra_count - 1];
+        if (!last->ev && !wait_begin_locked(pool, last))
+            return false; /* no event on its stream yet, nor a synchronization */
+        if (last->ev) {
+            if (DEVICE_CALL(pool, GM_CALL_EVENT_QUERY, be->ops->event_query(be, last->ev)) ==
+                GM_ERR_NOT_READY)
+                return false;
+            pool_event_put_locked(pool, last->ev);
+        }
         b->extra_count--;
     }
     return true;
@@ -62,32 +87,43 @@ void process_pending_locked(gm_pool *pool)
     }
 }
 
+/* Keep freed block b out of circulation for good: the streams that used it could be neither
+ * listed (host memory) nor synchronized, so nothing tells when their work is done. It stays on
+ * the pending list, flagged, until the pool is destroyed. */
+static void withhold_locked(gm_pool *pool, gm_block *b, bool to_strategy)
+{
+    b->extra_count = 0;
+    flags_add(b, BLOCK_PENDING | BLOCK_WITHHELD | (to_strategy ? BLOCK_TO_STRATEGY : 0u));
+    b->free_next = pool->pending;
+    pool->pending = b;
+}
+
 /* Park freed block b until an event recorded now on each of `streams` has completed; then it
  * goes back to its strategy (to_strategy) or is retired to the cache. A stream whose event
- * cannot be recorded is synchronized instead: memory is never reused early. */
+ * cannot be recorded is synchronized instead; if that fails too, the block waits until one of
+ * the two succeeds at a later poll: memory is never reused early. */
 void park_behind_events_locked(gm_pool *pool, gm_block *b, const gm_stream *streams, uint32_t n,
                                bool to_strategy)
 {
-    gm_event *events = gm_host_malloc(((size_t)n + 1) * sizeof *events);
-    uint32_t recorded = 0;
+    pending_wait *w = gm_host_malloc(((size_t)n + 1) * sizeof *w);
+    uint32_t waiting = 0;
     gm_backend *be = pool->backend;
     for (uint32_t i = 0; i < n; i++) {
-        gm_event ev = 0;
-        gm_status st = events ? pool_event_get_locked(pool, &ev) : GM_ERR_HOST_MEMORY;
-        if (st == GM_OK)
-            st = DEVICE_CALL(pool, GM_CALL_EVENT_RECORD, be->ops->event_record(be, ev, streams[i]));
-        if (st == GM_OK) {
-            events[recorded++] = ev;
+        if (!w) { /* cannot list them: wait for them now */
+            if (be->ops->stream_sync(be, streams[i]) != GM_OK) {
+                withhold_locked(pool, b, to_strategy);
+                return;
+            }
             continue;
         }
-        if (ev)
-            pool_event_put_locked(pool, ev);
-        (void)be->ops->stream_sync(be, streams[i]);
+        w[waiting] = (pending_wait){.stream = streams[i]};
+        if (!wait_begin_locked(pool, &w[waiting]) || w[waiting].ev)
+            waiting++; /* an event to wait for, or still neither an event nor a sync */
     }
     free(b->extra_streams);
-    b->extra_streams = (gm_stream *)(void *)events;
-    b->extra_count = recorded;
-    if (!recorded) {
+    b->extra_streams = (gm_stream *)(void *)w;
+    b->extra_count = waiting;
+    if (!waiting) {
         if (to_strategy)
             block_release_locked(pool, b);
         else
@@ -107,9 +143,16 @@ GM_COLD void free_shared_block_locked(gm_pool *pool, gm_block *b, gm_stream stre
     b->tag = stream;
     gm_stream *others = gm_host_realloc(b->extra_streams, (b->extra_count + 1u) * sizeof *others);
     if (!others) { /* cannot list them: wait for them instead */
-        for (uint32_t i = 0; i < b->extra_count; i++)
-            (void)pool->backend->ops->stream_sync(pool->backend, b->extra_streams[i]);
-        (void)pool->backend->ops->stream_sync(pool->backend, alloc_stream);
+        gm_backend *be = pool->backend;
+        bool done = true;
+        for (uint32_t i = 0; done && i <= b->extra_count; i++) {
+            gm_stream s = i < b->extra_count ? b->extra_streams[i] : alloc_stream;
+            done = s == stream || be->ops->stream_sync(be, s) == GM_OK;
+        }
+        if (!done) { /* nor wait for them: it never comes back */
+            withhold_locked(pool, b, false);
+            return;
+        }
         b->extra_count = 0;
         block_retire_locked(pool, b);
         return;

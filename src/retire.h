@@ -16,7 +16,8 @@ void retire_uncached_locked(gm_pool *pool, gm_block *b);
 GM_COLD void free_shared_block_locked(gm_pool *pool, gm_block *b, gm_stream stream);
 /* Park freed block b until an event recorded now on each of `streams` has completed; then it
  * goes back to its strategy (to_strategy) or retires to the cache. A stream whose event cannot
- * be recorded is synchronized instead: memory is never reused early. */
+ * be recorded is synchronized instead, and if that fails too the block waits until a later poll
+ * manages one or the other: memory is never reused early. */
 void park_behind_events_locked(gm_pool *pool, gm_block *b, const gm_stream *streams, uint32_t n,
                                bool to_strategy);
 /* The cache's callback (gm_cache.park): an evicted block last used on another stream than its

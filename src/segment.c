@@ -201,8 +201,10 @@ static size_t range_index(const gm_arena *a, const gm_span *s)
 }
 
 /* Give a wholly free span back to the device. VMM spans must have no mapped page left. The
- * device call comes first: when it fails, nothing changes (the span stays, its memory still
- * reserved) unless `force` (pool destruction), which forgets the span anyway. */
+ * device calls come first (for a plain span the streams' synchronization, then the free): when
+ * one fails, nothing changes (the span stays, its memory still reserved) unless `force` (pool
+ * destruction), which forgets the span anyway (without freeing it if the synchronization
+ * failed: the memory stays on the device, and the failure is counted). */
 static gm_status span_release_in(gm_pool *pool, gm_span *s, bool force)
 {
     gm_arena *a = s->arena;
@@ -214,8 +216,9 @@ static gm_status span_release_in(gm_pool *pool, gm_span *s, bool force)
         GM_ASSERT(force || a->ranges[r].mapped == 0);
         st = DEVICE_CALL(pool, GM_CALL_VA_RELEASE, be->ops->va_release(be, s->base, s->size));
     } else {
-        sync_streams_locked(pool);
-        st = DEVICE_CALL(pool, GM_CALL_MEM_FREE, be->ops->mem_free(be, s->base));
+        st = sync_streams_locked(pool); /* failed: queued work may still use it, keep it */
+        if (st == GM_OK)
+            st = DEVICE_CALL(pool, GM_CALL_MEM_FREE, be->ops->mem_free(be, s->base));
     }
     if (st != GM_OK && !force)
         return st;
@@ -370,8 +373,26 @@ static void run_note_mapped(gm_arena *a, size_t h, size_t n, gm_phys phys)
         r->hwm = h + n - r->first;
 }
 
-/* Map handle phys (n pages) at pages [h, h + n): one map (cuMemMap + cuMemSetAccess over the
- * whole run), and the peers' access. Nothing changes on failure. */
+static gm_status phys_release(gm_pool *pool, gm_phys phys, size_t bytes);
+
+static void run_flag_ungranted(gm_arena *a, size_t h, bool ungranted)
+{
+    if (a->pages[h].ungranted == ungranted)
+        return;
+    a->pages[h].ungranted = ungranted;
+    if (ungranted)
+        a->ungranted_runs++;
+    else
+        a->ungranted_runs--;
+}
+
+/* Map handle phys (n pages, reserved bytes already counted) at pages [h, h + n): one map
+ * (cuMemMap + cuMemSetAccess over the whole run), and the peers' access. On failure the handle
+ * is given back (phys_release) and the page table is as it was; except when the peers' grant
+ * fails and the unmap that would undo the map fails too: the device then holds the mapping, so
+ * the page table keeps it as well (mapped, the handle held, idle unless the caller's pages have
+ * users), flagged ungranted: pages_acquire_locked grants the peers access before a block uses
+ * it, and an unmap (recycling, release) ends it. */
 static gm_status run_map(gm_pool *pool, gm_arena *a, size_t h, size_t n, gm_phys phys)
 {
     gm_backend *be = pool->backend;
@@ -379,27 +400,55 @@ static gm_status run_map(gm_pool *pool, gm_arena *a, size_t h, size_t n, gm_phys
     uintptr_t addr = page_addr(a, h, gran);
     gm_status st = DEVICE_CALL(pool, GM_CALL_MAP, be->ops->map(be, addr, n * gran, phys));
     if (st == GM_OK && pool->peer_count && /* peers see new pages too (the pool's hook) */
-        (st = pool->seg_hooks.grant_peers(pool, addr, n * gran)) != GM_OK)
-        (void)DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, addr, n * gran));
-    if (st == GM_OK)
+        (st = pool->seg_hooks.grant_peers(pool, addr, n * gran)) != GM_OK &&
+        DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, addr, n * gran)) != GM_OK) {
         run_note_mapped(a, h, n, phys);
-    return st;
+        run_flag_ungranted(a, h, true);
+        return st;
+    }
+    if (st != GM_OK) {
+        (void)phys_release(pool, phys, n * gran);
+        return st;
+    }
+    run_note_mapped(a, h, n, phys);
+    return GM_OK;
+}
+
+/* Runs over pages [first, last] of arena a that the peers may lack access to (run_map could not
+ * undo a map whose grant failed): granted now, before a block uses them. */
+static gm_status runs_grant_locked(gm_pool *pool, gm_arena *a, size_t first, size_t last)
+{
+    size_t gran = pool->granularity;
+    for (size_t p = first; p <= last; p++) {
+        size_t h = a->pages[p].run;
+        if (h == PAGE_NONE || !a->pages[h].ungranted)
+            continue;
+        gm_status st = pool->seg_hooks.grant_peers(pool, page_addr(a, h, gran),
+                                                   a->pages[h].run_len * gran);
+        if (st != GM_OK)
+            return st;
+        run_flag_ungranted(a, h, false);
+    }
+    return GM_OK;
 }
 
 /* Unmap idle run h (no page in use), keeping its handle (still reserved) in *phys. A failed
- * unmap changes nothing: the run stays mapped and idle. */
+ * unmap, or a failed synchronization of the streams before it, changes nothing: the run stays
+ * mapped and idle. */
 static gm_status run_unmap(gm_pool *pool, gm_arena *a, size_t h, gm_phys *phys)
 {
     gm_backend *be = pool->backend;
     size_t gran = pool->granularity, n = a->pages[h].run_len;
     GM_ASSERT(a->pages[h].run == h && a->pages[h].run_busy == 0);
-    sync_streams_locked(pool);
-    gm_status st = DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, page_addr(a, h, gran),
-                                                                    n * gran));
+    gm_status st = sync_streams_locked(pool); /* failed: queued work may still use it */
+    if (st == GM_OK)
+        st = DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, page_addr(a, h, gran),
+                                                             n * gran));
     if (st != GM_OK)
         return st;
     *phys = a->pages[h].phys;
     run_idle_remove(a, h);
+    run_flag_ungranted(a, h, false); /* unmapped: a later map grants the peers again */
     for (size_t p = h; p < h + n; p++) {
         idle_remove(a, p);
         a->pages[p].phys = 0;
@@ -490,11 +539,9 @@ static gm_status run_recycle(gm_pool *pool, gm_arena *a, size_t p, size_t max_pa
     gm_status st = run_unmap(pool, from, h, &phys);
     if (st != GM_OK)
         return st;
-    st = run_map(pool, a, p, len, phys);
-    if (st != GM_OK) { /* the handle is unmapped now: give it back */
-        (void)phys_release(pool, phys, len * pool->granularity);
+    st = run_map(pool, a, p, len, phys); /* on failure it gives the unmapped handle back */
+    if (st != GM_OK)
         return st;
-    }
     *moved = len;
     return GM_OK;
 }
@@ -511,11 +558,9 @@ static gm_status run_create(gm_pool *pool, gm_arena *a, size_t p, size_t n)
     if (st != GM_OK)
         return st;
     pool_note_reserved_locked(pool, bytes, true);
-    st = run_map(pool, a, p, n, phys);
-    if (st != GM_OK) {
-        (void)phys_release(pool, phys, bytes);
+    st = run_map(pool, a, p, n, phys); /* on failure it gives the handle back */
+    if (st != GM_OK)
         return st;
-    }
     a->pages[p].fresh = true;
     return GM_OK;
 }
@@ -624,6 +669,8 @@ gm_status pages_acquire_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_
                           q > last ? stretch_room(a, last, vmm_room(pool)) : 0);
         p = q;
     }
+    if (st == GM_OK && a->ungranted_runs)
+        st = runs_grant_locked(pool, a, first, last);
     if (st == GM_OK) {
         for (size_t p = first; p <= last; p++)
             a->pages[p].fresh = false;

@@ -254,7 +254,7 @@ static gm_status check_span(gm_pool *pool, const gm_span *s, uint32_t *users, re
 static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *users,
                              recount *rc)
 {
-    size_t mapped = 0, idle = 0;
+    size_t mapped = 0, idle = 0, ungranted = 0;
     for (size_t p = 0; p < a->page_count; p++) {
         const vmm_page *pg = &a->pages[p];
         if (p >= a->page_hwm && !pg->phys && !pg->users)
@@ -263,6 +263,9 @@ static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *u
             return CORRUPT("page %zu has %u users, blocks say %u", p, pg->users, users[p]);
         if (pg->users && !pg->phys)
             return CORRUPT("page %zu is used but not mapped", p);
+        if (pg->ungranted && (!pg->phys || pg->run != p || pg->run_busy))
+            return CORRUPT("page %zu is flagged ungranted but heads no idle run", p);
+        ungranted += pg->ungranted;
         mapped += pg->phys != 0;
         idle += pg->phys && !pg->users;
     }
@@ -274,6 +277,9 @@ static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *u
     if (mapped != a->mapped_pages || idle != a->idle_pages || listed != idle)
         return CORRUPT("arena counts %zu mapped / %zu idle pages, found %zu / %zu (listed %zu)",
                        a->mapped_pages, a->idle_pages, mapped, idle, listed);
+    if (ungranted != a->ungranted_runs)
+        return CORRUPT("arena counts %zu runs without the peers' access, found %zu",
+                       a->ungranted_runs, ungranted);
     size_t in_ranges = 0;
     for (size_t r = 0; r < a->range_count; r++) {
         const vmm_range *vr = &a->ranges[r];

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """CI check of gpumem.torch without a GPU (torch may be missing): the package imports without
 torch, says clearly what is missing, the launcher's usage, and torch_ext's list of the
-library's C sources (CMakeLists.txt's GM_SOURCES, every file present). The allocator itself is
-checked on a GPU by gpu_check_backend.py (docs/torch.md).
+library's C sources (CMakeLists.txt's GM_SOURCES, every file present), read by gm_sources.py
+alone (setup.py reads it there too, so the two builds cannot drift apart). The allocator itself
+is checked on a GPU by gpu_check_backend.py (docs/torch.md).
 
     python3 test_torch_package.py ROOT
 """
@@ -11,6 +12,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
                        os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -60,6 +62,22 @@ want = [os.path.join(ROOT, t) for t in body.split() if t.endswith(".c")]
 check(srcs == want, "torch_ext.c_sources differs from GM_SOURCES")
 check(all(os.path.isfile(s) for s in srcs), "a C source is missing")
 check("-std=c11" in torch_ext.C_FLAGS, "C sources not compiled as C11")
+for recipe in ("setup.py", os.path.join("integrations", "torch", "torch_ext.py")):
+    with open(os.path.join(ROOT, recipe)) as f:
+        text = f.read()
+    check("GM_SOURCES" not in text or "gm_sources" in text, recipe + " does not use gm_sources.py")
+    check("set(GM_SOURCES" not in text, recipe + " parses CMakeLists.txt itself")
+spec = importlib.util.spec_from_file_location("gm_sources", os.path.join(ROOT, "gm_sources.py"))
+gms = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gms)
+with tempfile.TemporaryDirectory() as d:  # a listed file that is missing is named
+    with open(os.path.join(d, "CMakeLists.txt"), "w") as f:
+        f.write("set(GM_SOURCES\n  src/gone.c\n)\n")
+    try:
+        gms.library_sources(d)
+        check(False, "gm_sources accepted a missing source")
+    except RuntimeError as e:
+        check("src/gone.c" in str(e), "unclear message: %s" % e)
 check(torch_ext.EXT_NAME == "gpumem.torch._C", "extension name")
 
 print("%s (torch %s)" % ("FAILED" if failed else "ok", "present" if have_torch else "absent"))

@@ -13,7 +13,7 @@ hidden (-Wl,--exclude-libs,ALL), so this copy of gpumem cannot clash with anothe
 in the same process (libgpumem.so of gpumem.cupy, say).
 """
 
-import glob
+import importlib.util
 import os
 
 EXT_NAME = "gpumem.torch._C"
@@ -22,18 +22,13 @@ C_MACROS = [("_GNU_SOURCE", None), ("GM_DEBUG", "1")]
 
 
 def c_sources(root):
-    """The library's C sources: CMakeLists.txt's GM_SOURCES (the one list of what the library
-    is), else every .c under root/src."""
-    try:
-        with open(os.path.join(root, "CMakeLists.txt")) as f:
-            text = f.read()
-        body = text.split("set(GM_SOURCES", 1)[1].split(")", 1)[0]
-        files = [os.path.join(root, t) for t in body.split() if t.endswith(".c")]
-        if files and all(os.path.isfile(f) for f in files):
-            return files
-    except (OSError, IndexError):
-        pass
-    return sorted(glob.glob(os.path.join(root, "src", "**", "*.c"), recursive=True))
+    """The library's C sources, absolute: CMakeLists.txt's GM_SOURCES (the one list of what the
+    library is), read by the checkout's gm_sources.py, as setup.py reads them."""
+    path = os.path.join(root, "gm_sources.py")
+    spec = importlib.util.spec_from_file_location("gm_sources", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return [os.path.join(root, s) for s in mod.library_sources(root)]
 
 
 def _rel(path):
