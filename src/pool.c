@@ -194,9 +194,11 @@ static uint64_t pool_teardown(gm_pool *pool)
         gm_block *b = pool->pending;
         pool->pending = b->free_next;
         pending_wait *w = pending_waits(b);
-        for (uint32_t i = 0; i < b->extra_count; i++)
+        for (uint32_t i = 0; i < b->extra_count; i++) {
             if (w[i].ev)
                 pool_event_put_locked(pool, w[i].ev);
+            note_stream_for_sync(pool, w[i].stream); /* synchronized before any unmap or free */
+        }
         b->extra_count = 0;
         flags_drop(b, BLOCK_PENDING | BLOCK_TO_STRATEGY | BLOCK_WITHHELD);
         block_release_locked(pool, b);

@@ -42,8 +42,13 @@ static bool pending_events_done_locked(gm_pool *pool, gm_block *b)
         if (!last->ev && !wait_begin_locked(pool, last))
             return false; /* no event on its stream yet, nor a synchronization */
         if (last->ev) {
-            if (DEVICE_CALL(pool, GM_CALL_EVENT_QUERY, be->ops->event_query(be, last->ev)) ==
-                GM_ERR_NOT_READY)
+            gm_status q = DEVICE_CALL(pool, GM_CALL_EVENT_QUERY,
+                                      be->ops->event_query(be, last->ev));
+            if (q == GM_ERR_NOT_READY)
+                return false;
+            /* A failed query says nothing about the work: done only once its stream is
+             * synchronized; else the entry stays and is asked again at the next poll. */
+            if (q != GM_OK && be->ops->stream_sync(be, last->stream) != GM_OK)
                 return false;
             pool_event_put_locked(pool, last->ev);
         }

@@ -243,6 +243,59 @@ static void test_pending_without_event_or_sync(void)
     dev_free(&d);
 }
 
+/* a, used by a kernel on s1, is freed on s2 and waits behind an event on s1. A failed query
+ * of that event says nothing about the kernel: a must not go to s2 (before the fix a failed
+ * query counted as completed). With the synchronization failing too it keeps waiting; once
+ * s1 can be synchronized, a is s2's. */
+static void test_pending_query_fails(void)
+{
+    printf("cross-stream free, failed event query\n");
+    dev d = dev_new(0);
+    gm_config cfg = config_of(GM_SEGMENTS_PLAIN);
+    gm_pool *p = pool_new(d.f, &cfg);
+    void *a = NULL, *b = NULL, *e = NULL;
+    REQUIRE_OK(gm_alloc(p, 64 * KiB, d.s1, &a));
+    REQUIRE_OK(gm_sim_launch(d.sim, d.s1));
+    CHECK_OK(gm_free(p, a, d.s2)); /* behind an event on s1 */
+    fail_kinds(&d, FAULT_BIT(FAULT_EVENT_QUERY) | FAULT_BIT(FAULT_STREAM_SYNC));
+    REQUIRE_OK(gm_alloc(p, 64 * KiB, d.s2, &b));
+    CHECK_GT_U(fault_backend_injected(d.f), 0);
+    CHECK(b != a);
+    CHECK(busy(&d, d.s1));
+    CHECK_OK(gm_pool_check(p));
+    fail_kinds(&d, FAULT_BIT(FAULT_EVENT_QUERY)); /* queries fail; s1 can be synchronized */
+    REQUIRE_OK(gm_alloc(p, 64 * KiB, d.s2, &e));
+    CHECK(e == a);
+    CHECK(!busy(&d, d.s1));
+    fail_kinds(&d, 0);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free(p, b, d.s2));
+    CHECK_OK(gm_free(p, e, d.s2));
+    CHECK_OK(gm_pool_destroy(p));
+    CHECK_EQ_U(device_used(d.sim), 0);
+    dev_free(&d);
+}
+
+/* a, used by a kernel on s1, is freed on s2 and is pending behind s1 when the pool is
+ * destroyed: its memory goes back to the device only after s1's work (before the fix the
+ * pending block was released without waiting, and its pages unmapped under the kernel). */
+static void test_destroy_waits_for_pending(gm_segments segments)
+{
+    printf("destroy with a pending cross-stream free, %s\n", gm_segments_str(segments));
+    dev d = dev_new(0);
+    gm_config cfg = config_of(segments);
+    gm_pool *p = pool_new(d.f, &cfg);
+    void *a = NULL;
+    REQUIRE_OK(gm_alloc(p, 4 * MiB, d.s1, &a));
+    REQUIRE_OK(gm_sim_launch(d.sim, d.s1));
+    CHECK_OK(gm_free(p, a, d.s2));
+    CHECK(busy(&d, d.s1));
+    CHECK_OK(gm_pool_destroy(p));
+    CHECK(!busy(&d, d.s1)); /* synchronized before the memory went */
+    CHECK_EQ_U(device_used(d.sim), 0);
+    dev_free(&d);
+}
+
 /* The same with host memory exhausted, so that the streams to wait for cannot be listed
  * either: host allocation 1 fails the free's list of streams, 2 the list of events. The block
  * is never handed out again; destruction gives it back. */
@@ -468,8 +521,10 @@ int main(void)
         test_request_keeps_unsynced(seg);
         test_destroy_keeps_unsynced(seg);
         test_unlisted_stream(seg);
+        test_destroy_waits_for_pending(seg);
     }
     test_pending_without_event_or_sync();
+    test_pending_query_fails();
     test_withheld_without_host_memory(1);
     test_withheld_without_host_memory(2);
     test_defrag_unordered(1);
