@@ -25,7 +25,7 @@ __all__ = ["Pool", "replay", "read_trace", "version", "config_keys", "GpumemErro
            "OutOfMemoryError", "library_path"]
 
 # gm_status values (include/gpumem.h).
-OK, INVALID_ARGUMENT, OUT_OF_MEMORY = 0, 1, 2
+OK, INVALID_ARGUMENT, OUT_OF_MEMORY, BUSY = 0, 1, 2, 7
 
 
 class GpumemError(RuntimeError):
@@ -68,6 +68,7 @@ def _load():
         "gm_alloc": (st, [vp, sz, vp, ctypes.POINTER(vp)]),
         "gm_free": (st, [vp, vp, vp]),
         "gm_record_stream": (st, [vp, vp, vp]),
+        "gm_sim_stream_create": (st, [vp, ctypes.POINTER(vp)]),
         "gm_trim": (st, [vp, sz]),
         "gm_pool_check": (st, [vp]),
         "gm_pool_reset_peaks": (st, [vp]),
@@ -221,8 +222,22 @@ class Pool:
     def close(self, force=False):
         if self._pool is None:
             return
-        _check(_lib.gmpy_close(self._backend, self._pool, 1 if force else 0), self._pool)
-        self._pool = self._backend = None
+        st = _lib.gmpy_close(self._backend, self._pool, 1 if force else 0)
+        if st != BUSY:  # the pool is gone, even when the device kept memory (BACKEND)
+            self._pool = self._backend = None
+            _check(st, None, "gpumem.Pool.close")
+        _check(st, self._pool)
+
+    def stream(self):
+        """A new stream of the simulated device (backend "sim" only), as an int for alloc and
+        free: work the pool must wait for is ordered on it as on a CUDA stream. It lives as long
+        as the pool."""
+        if self.backend != "sim":
+            raise ValueError("gpumem.Pool.stream: the sim backend only (use your CUDA streams)")
+        pool = self._handle()
+        out = ctypes.c_void_p()
+        _check(_lib.gm_sim_stream_create(self._backend, ctypes.byref(out)), pool)
+        return out.value
 
     def __enter__(self):
         return self

@@ -58,11 +58,13 @@ GMPY_API gm_status gmpy_open(const char *kind, int device, const char *conf, gm_
     return GM_OK;
 }
 
-/* Destroy what gmpy_open made. force: release live blocks too. */
+/* Destroy what gmpy_open made. force: release live blocks too. Only GM_ERR_BUSY (live blocks,
+ * not forced) leaves the pool and its backend; after any other status, GM_ERR_BACKEND included
+ * (memory the device would not take back), both are gone. */
 GMPY_API gm_status gmpy_close(gm_backend *backend, gm_pool *pool, int force)
 {
     gm_status st = force ? gm_pool_destroy_force(pool) : gm_pool_destroy(pool);
-    if (st == GM_OK)
+    if (st != GM_ERR_BUSY)
         gm_backend_destroy(backend);
     return st;
 }

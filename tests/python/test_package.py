@@ -102,6 +102,24 @@ class PoolTests(unittest.TestCase):
         with self.assertRaises(ValueError):
             gpumem.Pool("tpu")
 
+    def test_close_after_device_refusal(self):
+        """A block freed on a stream the device does not know cannot be synchronized, so the
+        pool keeps its memory and closing says so (backend error); the pool is gone all the
+        same: no second destroy when it is collected (before: a double free)."""
+        pool = gpumem.Pool("sim")
+        pool.free(pool.alloc(4096), stream=0x7)
+        with self.assertRaises(gpumem.GpumemError) as e:
+            pool.close()
+        self.assertEqual(e.exception.status, "backend error")
+        with self.assertRaisesRegex(gpumem.GpumemError, "closed"):
+            pool.alloc(1)
+        pool.close()  # a no-op now
+        del pool
+        s = gpumem.Pool("sim")
+        s1 = s.stream()
+        s.free(s.alloc(4096, stream=s1), stream=s1)  # a stream of the sim: synchronized
+        s.close()
+
 
 def write_trace(path, lines):
     opener = gzip.open if path.endswith(".gz") else open
@@ -138,9 +156,9 @@ class ReplayTests(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "rec.csv.gz")
             with gpumem.Pool("sim", conf="trace=" + path) as pool:
-                live = []
+                live, s1 = [], pool.stream()
                 for i in range(200):
-                    live.append(pool.alloc(4096 * (1 + i % 37), stream=0x7 if i % 3 else 0))
+                    live.append(pool.alloc(4096 * (1 + i % 37), stream=s1 if i % 3 else 0))
                     if i % 4 == 3:
                         pool.free(live.pop(0))
                 for p in live:
