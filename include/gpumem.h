@@ -345,6 +345,9 @@ typedef struct gm_config {
     unsigned vmm_run_pages;   /* most pages one device call creates and maps (1..16); 0 = 16.
                                  1 = page by page: the tightest memory, the most device calls
                                  (docs/benchmarks.md, "VMM pages in runs") */
+    int vmm_mapped_first;     /* nonzero: a block goes on free pages that are mapped already
+                                 when a free block holds such a stretch it fits (fewer device
+                                 calls; tlsf only; docs/architecture.md, "VMM pages") */
 
     /* Cache of freed blocks (docs/cache.md). */
     int cache_disable;               /* nonzero: freed blocks go straight back to the strategy

@@ -88,6 +88,42 @@ __attribute__((noinline)) gm_status arena_alloc_plain_miss_locked(gm_pool *pool,
     return GM_OK;
 }
 
+/* gm_config.vmm_mapped_first: best fit among the mapped stretches ("holes") of the first
+ * MAPPED_FIRST_SCAN free blocks that can hold the request, smallest size classes first,
+ * stopping at blocks over 4x the best hole found; NULL if none holds it (the strategy's best
+ * fit follows, on unmapped pages). Placing on pages that are mapped already makes no device
+ * call, where best fit by address often lands on unmapped pages and recycles or creates
+ * memory (each call 7-140 us of host time on an H200). docs/benchmarks.md, "Mapped-first". */
+enum { MAPPED_FIRST_SCAN = 64 };
+typedef struct hole_search {
+    const gm_arena *a;
+    size_t granted, best, off;
+    gm_block *block;
+} hole_search;
+
+static bool hole_visit(gm_block *b, void *arg)
+{
+    hole_search *h = arg;
+    if (h->block && b->size / 4 > h->best)
+        return false;
+    size_t off = 0, size = vmm_best_hole(h->a, b, h->granted, h->best, &off);
+    if (size != SIZE_MAX) {
+        h->best = size;
+        h->off = off;
+        h->block = b;
+    }
+    return h->best != h->granted; /* an exact fit ends the search */
+}
+
+static gm_block *take_on_mapped_pages(gm_pool *pool, gm_arena *a, size_t granted)
+{
+    if (!a->ops->visit_free || !a->ops->take_within || !a->mapped_pages)
+        return NULL;
+    hole_search h = {a, granted, SIZE_MAX, 0, NULL};
+    a->ops->visit_free(a, granted, MAPPED_FIRST_SCAN, hole_visit, &h);
+    return h.block ? a->ops->take_within(&pool->strat, a, h.block, h.off, granted) : NULL;
+}
+
 __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_arena *a,
                                                            size_t granted, gm_block **out)
 {
@@ -96,7 +132,9 @@ __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_are
         if (st != GM_OK)
             return st;
     }
-    gm_block *b = a->ops->take(&pool->strat, a, granted);
+    gm_block *b = pool->cfg.vmm_mapped_first ? take_on_mapped_pages(pool, a, granted) : NULL;
+    if (!b)
+        b = a->ops->take(&pool->strat, a, granted);
     if (!b)
         b = arena_take_evicting_locked(pool, a, granted);
     if (!b) { /* no free run of addresses: stitch free pages into a new range */

@@ -94,6 +94,8 @@ typedef enum key_type {
       "virtual range reserved per VMM arena")                                                   \
     X("vmm_run_pages", K_UNSIGNED, vmm_run_pages, "16",                                         \
       "VMM: most pages one device call creates and maps (1-16); 1 = page by page, tightest")   \
+    X("vmm_mapped_first", K_BOOL, vmm_mapped_first, "false",                                    \
+      "VMM: place a block on free pages already mapped first (fewer device calls; tlsf)")       \
     X("cache_disable", K_BOOL, cache_disable, "false",                                          \
       "freed blocks go straight back to the strategy (no cache)")                               \
     X("cache_small_max", K_SIZE, cache_small_max, "1MiB",                                       \

@@ -747,6 +747,10 @@ gm_status span_create_vmm_locked(gm_pool *pool, gm_arena *a);
 gm_status vmm_stitch_locked(gm_pool *pool, gm_arena *a, size_t granted);
 /* The range that holds address `addr` of VMM arena a. */
 const vmm_range *vmm_range_of(const gm_arena *a, uintptr_t addr);
+/* gm_config.vmm_mapped_first: the smallest stretch of free block b on mapped pages that holds
+ * `granted` bytes and is smaller than `below` (its size, or SIZE_MAX; its offset in *off). */
+size_t vmm_best_hole(const gm_arena *a, const gm_block *b, size_t granted, size_t below,
+                     size_t *off);
 /* gm_trim: release every range of VMM arena a when none of its pages is mapped. */
 void vmm_release_ranges_locked(gm_pool *pool, gm_arena *a);
 /* Give wholly free span s back to the device; when the device call fails nothing changes and

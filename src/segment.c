@@ -270,6 +270,45 @@ size_t vmm_page_of(const gm_arena *a, uintptr_t addr)
     return r->first + ((size_t)(addr - r->base) >> a->page_shift);
 }
 
+/* The best mapped stretch ("hole") of free block b of VMM arena a for `granted` bytes: the
+ * smallest stretch of b on mapped pages that holds `granted` and is smaller than `below`. Its
+ * size, or SIZE_MAX if none; its offset into b in *off, moved to its end when the hole ends with
+ * b but does not begin with it (the block then lies against b's live neighbour and what stays
+ * free stays in one piece). O(runs and unmapped pages of b below the range's high-water mark):
+ * a mapped page's whole run is mapped and is stepped over at once. */
+size_t vmm_best_hole(const gm_arena *a, const gm_block *b, size_t granted, size_t below,
+                     size_t *off)
+{
+    size_t gran = (size_t)1 << a->page_shift, found = SIZE_MAX;
+    const vmm_range *r = vmm_range_of(a, b->addr);
+    uintptr_t lo = b->addr, end = b->addr + b->size, hwm = r->base + r->hwm * gran;
+    if (end > hwm)
+        end = hwm; /* nothing above it was ever mapped */
+    uintptr_t hole = lo;
+    size_t p = vmm_page_of(a, lo);
+    while (lo < end) {
+        bool mapped = a->pages[p].phys != 0;
+        size_t step = mapped ? a->pages[p].run + a->pages[a->pages[p].run].run_len - p : 1;
+        uintptr_t pe = r->base + ((p - r->first + step) << a->page_shift);
+        if (pe > end)
+            pe = end;
+        p += step;
+        if (!mapped || pe == end) { /* the hole [hole, he) ends here */
+            uintptr_t he = mapped ? pe : lo;
+            size_t hs = he - hole;
+            if (hs >= granted && hs < below && hs < found) {
+                found = hs;
+                *off = hole - b->addr;
+                if (he == b->addr + b->size && hole != b->addr)
+                    *off = (he - granted - b->addr) & ~(uintptr_t)(BLOCK_ALIGN - 1);
+            }
+            hole = pe;
+        }
+        lo = pe;
+    }
+    return found;
+}
+
 static vmm_range *range_of_page(const gm_arena *a, size_t page)
 {
     vmm_range *r = a->ranges;

@@ -365,6 +365,59 @@ static void test_streams(void)
     gm_backend_destroy(be);
 }
 
+/* gm_config.vmm_mapped_first: a request that best fit by address would place on a free range
+ * whose pages were recycled away (and so must map pages again) goes to a free range on mapped
+ * pages instead, with no device call; without the setting, best fit's choice and its calls. */
+static void test_vmm_mapped_first(int mapped_first)
+{
+    printf("vmm_mapped_first=%d\n", mapped_first);
+    gm_backend *be = sim_new(256 * MiB, 0, 0);
+    gm_config cfg = {0};
+    cfg.segments = GM_SEGMENTS_VMM;
+    cfg.vmm_reserve_bytes = 256 * MiB;
+    cfg.vmm_run_pages = 1; /* a run per page: pages recycle one by one */
+    cfg.cache_disable = 1; /* a freed block's pages fall idle at once (still mapped) */
+    cfg.vmm_mapped_first = mapped_first;
+    gm_pool *p = pool_new(be, &cfg);
+    void *a, *x, *b, *y, *d, *e, *f;
+    CHECK_OK(gm_alloc(p, 4 * MiB, NULL, &a)); /* pages 0-1 */
+    CHECK_OK(gm_alloc(p, 4 * MiB, NULL, &x)); /* 2-3 */
+    CHECK_OK(gm_alloc(p, 2 * MiB, NULL, &b)); /* 4 */
+    CHECK_OK(gm_alloc(p, 6 * MiB, NULL, &y)); /* 5-7 */
+    CHECK_OK(gm_alloc(p, 2 * MiB, NULL, &d)); /* 8 */
+    CHECK_OK(gm_free(p, x, NULL));            /* pages 2-3 idle, mapped */
+    CHECK_OK(gm_alloc(p, 8 * MiB, NULL, &e)); /* no hole holds it: 2-3 recycled past d, 2 new */
+    gm_stats st;
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP], 2);
+    CHECK_OK(gm_free(p, y, NULL)); /* pages 5-7 idle, mapped; 2-3 free and unmapped */
+    uint64_t calls[GM_CALL_KINDS];
+    memcpy(calls, st.device_calls, sizeof calls);
+    CHECK_OK(gm_alloc(p, 4 * MiB, NULL, &f));
+    CHECK_OK(gm_pool_stats(p, &st));
+    if (mapped_first) { /* on y's mapped pages: no call at all */
+        CHECK(f == y);
+        CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP], calls[GM_CALL_UNMAP]);
+        CHECK_EQ_U(st.device_calls[GM_CALL_MAP], calls[GM_CALL_MAP]);
+        CHECK_EQ_U(st.device_calls[GM_CALL_PHYS_CREATE], calls[GM_CALL_PHYS_CREATE]);
+    } else { /* best fit: x's old range, exact, whose pages come back from y's (2 moves) */
+        CHECK(f == x);
+        CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP], calls[GM_CALL_UNMAP] + 2);
+        CHECK_EQ_U(st.device_calls[GM_CALL_MAP], calls[GM_CALL_MAP] + 2);
+    }
+    CHECK_EQ_U(st.reserved_bytes, 22 * MiB); /* either way: nothing created */
+    CHECK_OK(gm_pool_check(p));
+    void *g; /* a block that fits no mapped hole falls back to best fit */
+    CHECK_OK(gm_alloc(p, 16 * MiB, NULL, &g));
+    CHECK_OK(gm_pool_check(p));
+    void *blocks[] = {a, b, d, e, f, g};
+    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
+        CHECK_OK(gm_free(p, blocks[i], NULL));
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
 static void test_vmm_pages(void)
 {
     gm_backend *be = sim_new(256 * MiB, 0, 0);
@@ -675,6 +728,8 @@ int main(void)
     test_snapshot();
     test_streams();
     test_vmm_pages();
+    test_vmm_mapped_first(0);
+    test_vmm_mapped_first(1);
     test_geometric_growth();
     test_small_arena_doubles();
     test_geometric_growth_near_capacity();

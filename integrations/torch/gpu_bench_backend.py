@@ -40,7 +40,9 @@ ALLOCATORS = ["default", "expandable", "gpumem"]
 GPUMEM_CONFS = {"gpumem": None, "gpumem-vmm": "segments=vmm", "gpumem-vmm1": "segments=vmm,vmm_run_pages=1",
                 # VMM that never unmaps on the hot path (pages are created and mapped as the pool
                 # grows, idle ones moved only at the reserve limit), without the size cache
-                "gpumem-vmm-grow": "segments=vmm,release=on_oom,cache_disable=1"}
+                "gpumem-vmm-grow": "segments=vmm,release=on_oom,cache_disable=1",
+                # VMM placing blocks on mapped pages first, without the size cache
+                "gpumem-vmm-mf": "segments=vmm,cache_disable=1,vmm_mapped_first=1"}
 WORKLOADS = ["gpt2", "dyn", "side"]
 
 

@@ -34,6 +34,13 @@
  *                    while the class carves another slab; fixed: fb is slack) or host memory is
  *                    exhausted. Compaction (defrag.c) tries the free blocks below a movable
  *                    block in address order; every strategy has it
+ *   visit_free       (optional; NULL = cannot enumerate) call visit(b, ctx) for filed free
+ *                    blocks of at least `size` bytes, smaller size classes first, until it
+ *                    returns false or `budget` blocks were seen (VMM mapped-first placement)
+ *   take_within      (optional, with visit_free) remove filed free block fb and return a
+ *                    block of exactly `granted` bytes at fb->addr + off (off a BLOCK_ALIGN
+ *                    multiple, off + granted <= fb->size), filing what is left on each side;
+ *                    NULL if host memory is exhausted (fb may then be split in two, both filed)
  *   check            validate the free structures; count the free blocks filed
  */
 #ifndef GM_STRATEGY_H
@@ -60,6 +67,10 @@ struct strategy_ops {
     gm_block *(*take)(strategy_ctx *sc, gm_arena *a, size_t granted);
     void (*give)(strategy_ctx *sc, gm_arena *a, gm_block *b);
     gm_block *(*take_at)(strategy_ctx *sc, gm_arena *a, gm_block *fb, size_t granted);
+    void (*visit_free)(gm_arena *a, size_t size, unsigned budget,
+                       bool (*visit)(gm_block *b, void *ctx), void *ctx);
+    gm_block *(*take_within)(strategy_ctx *sc, gm_arena *a, gm_block *fb, size_t off,
+                             size_t granted);
     gm_status (*check)(strategy_ctx *sc, const gm_arena *a, size_t *free_blocks, char *why,
                        size_t why_len);
 };

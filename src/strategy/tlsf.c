@@ -247,6 +247,45 @@ static gm_block *tlsf_take_at(strategy_ctx *sc, gm_arena *a, gm_block *fb, size_
     return tlsf_carve(sc, a->state, fb, size);
 }
 
+/* Filed free blocks of at least `size` bytes' class, smallest classes first (strategy.h). */
+static void tlsf_visit_free(gm_arena *a, size_t size, unsigned budget,
+                            bool (*visit)(gm_block *b, void *ctx), void *ctx)
+{
+    const tlsf *t = a->state;
+    unsigned c = tlsf_class(size);
+    for (unsigned fl = c >> TLSF_SL_LOG2; fl < TLSF_FL_COUNT && budget; fl++) {
+        uint32_t map = t->sl_bitmap[fl];
+        if (fl == c >> TLSF_SL_LOG2)
+            map &= ~0u << (c & (TLSF_SL_COUNT - 1));
+        while (map && budget) {
+            unsigned sl = (unsigned)__builtin_ctz(map);
+            map &= map - 1;
+            for (gm_block *b = t->heads[(fl << TLSF_SL_LOG2) + sl]; b && budget;
+                 b = b->free_next, budget--)
+                if (b->size >= size && !visit(b, ctx))
+                    return;
+        }
+    }
+}
+
+/* `granted` bytes at offset `off` into filed free block fb (strategy.h): the front is split
+ * off and filed again, then the block is carved from the rest as take_at does. */
+static gm_block *tlsf_take_within(strategy_ctx *sc, gm_arena *a, gm_block *fb, size_t off,
+                                  size_t granted)
+{
+    tlsf *t = a->state;
+    if (off) {
+        gm_block *rest = block_split_locked(&sc->records, fb, off);
+        if (!rest)
+            return NULL;
+        tlsf_unlink(t, fb); /* smaller now: another class */
+        tlsf_insert(t, fb);
+        tlsf_insert(t, rest);
+        fb = rest;
+    }
+    return tlsf_carve(sc, t, fb, granted);
+}
+
 /* Free b merges with its free neighbours, then is filed. Each neighbour is unfiled before the
  * merge recycles its record (links and all). */
 static void tlsf_give(strategy_ctx *sc, gm_arena *a, gm_block *b)
@@ -291,5 +330,7 @@ const strategy_ops tlsf_strategy = {
     .take = tlsf_take,
     .give = tlsf_give,
     .take_at = tlsf_take_at,
+    .visit_free = tlsf_visit_free,
+    .take_within = tlsf_take_within,
     .check = tlsf_check_arena,
 };

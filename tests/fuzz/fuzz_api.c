@@ -233,6 +233,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.thread_cache_eager = 1;
     cfg.vmm_reserve_bytes = (size_t)(2 + data[2] % 15) * MiB; /* small: stitching is common */
     cfg.initial_reserve_bytes = (data[1] >> 5) & 1 ? (size_t)data[3] * 128 * KiB : 0;
+    cfg.vmm_mapped_first = (data[1] >> 6) & 1;
 
     model m = {0};
     /* 64 KiB pages: the host-backed sim moves a page's bytes when it is mapped or unmapped */
