@@ -111,42 +111,69 @@ static double pass_clock_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-static int replay_once(const trace *t, const cli_settings *s, result *out, split *sp)
+/* One pool replaying a trace: its backend, the trace's pointer slots, failed allocations. */
+typedef struct replica {
+    gm_backend *be;
+    gm_pool *pool;
+    void **ptrs;
+    size_t failed;
+} replica;
+
+/* A fresh backend and pool of settings s for trace t; -1 (said on stderr, nothing left open)
+ * if either cannot be made. */
+static int replica_open(const trace *t, const cli_settings *s, replica *r)
 {
     char err[512];
-    gm_backend *be = NULL;
-    if (backend_open(s, &be, err, sizeof err) != 0) {
+    *r = (replica){0};
+    if (backend_open(s, &r->be, err, sizeof err) != 0) {
         fprintf(stderr, "bench_replay: %s\n", err);
         return -1;
     }
-    gm_pool *pool = NULL;
-    void **ptrs = calloc_touched(t->n_slots ? t->n_slots : 1, sizeof *ptrs);
-    gm_status st = ptrs ? gm_pool_create(be, &s->pool, &pool) : GM_ERR_HOST_MEMORY;
+    r->ptrs = calloc_touched(t->n_slots ? t->n_slots : 1, sizeof *r->ptrs);
+    gm_status st = r->ptrs ? gm_pool_create(r->be, &s->pool, &r->pool) : GM_ERR_HOST_MEMORY;
     if (st != GM_OK) {
         fprintf(stderr, "bench_replay: pool: %s %s\n", gm_status_str(st), gm_last_error(NULL));
-        free(ptrs);
-        gm_backend_destroy(be);
+        free(r->ptrs);
+        gm_backend_destroy(r->be);
+        *r = (replica){0};
         return -1;
     }
-    size_t failed = 0;
+    return 0;
+}
+
+/* Destroy what replica_open made (nothing if it failed); say how many allocations failed,
+ * `who` naming the pool when there are several. */
+static void replica_close(const trace *t, replica *r, const char *who)
+{
+    if (r->pool)
+        (void)gm_pool_destroy_force(r->pool);
+    if (r->be)
+        gm_backend_destroy(r->be);
+    free(r->ptrs);
+    if (r->failed)
+        fprintf(stderr, "bench_replay: %s: %zu allocations failed%s\n", t->path, r->failed, who);
+    *r = (replica){0};
+}
+
+static int replay_once(const trace *t, const cli_settings *s, result *out, split *sp)
+{
+    replica r;
+    if (replica_open(t, s, &r) != 0)
+        return -1;
     int rc = 0;
     if (sp) {
-        rc = split_ops(t, pool, ptrs, &failed, sp);
+        rc = split_ops(t, r.pool, r.ptrs, &r.failed, sp);
         if (rc != 0)
             fprintf(stderr, "bench_replay: --split: no host memory for %zu op times\n",
                     t->n_ops);
     } else {
         double t0 = pass_clock_ns();
         for (size_t i = 0; i < t->n_ops; i++)
-            run_op(pool, &t->ops[i], ptrs, &failed);
+            run_op(r.pool, &t->ops[i], r.ptrs, &r.failed);
         out->ns_per_op = (pass_clock_ns() - t0) / (double)(t->n_ops ? t->n_ops : 1);
     }
-    (void)gm_pool_stats(pool, &out->stats);
-    (void)gm_pool_destroy_force(pool);
-    gm_backend_destroy(be);
-    free(ptrs);
-    if (failed)
-        fprintf(stderr, "bench_replay: %s: %zu allocations failed\n", t->path, failed);
+    (void)gm_pool_stats(r.pool, &out->stats);
+    replica_close(t, &r, "");
     return rc;
 }
 
@@ -156,28 +183,8 @@ enum { VERSUS_CHUNK = 4096 };
 static int versus_once(const trace *t, const cli_settings *sa, const cli_settings *sb,
                        double *ratios, size_t *n, double ns_per_op[2])
 {
-    const cli_settings *set[2] = {sa, sb};
-    gm_backend *be[2] = {0};
-    gm_pool *pool[2] = {0};
-    void **ptrs[2] = {0};
-    char err[512];
-    int rc = 0;
-    for (int k = 0; k < 2 && rc == 0; k++) {
-        if (backend_open(set[k], &be[k], err, sizeof err) != 0) {
-            fprintf(stderr, "bench_replay: %s\n", err);
-            rc = -1;
-            break;
-        }
-        ptrs[k] = calloc_touched(t->n_slots ? t->n_slots : 1, sizeof *ptrs[k]);
-        gm_status st = ptrs[k] ? gm_pool_create(be[k], &set[k]->pool, &pool[k])
-                               : GM_ERR_HOST_MEMORY;
-        if (st != GM_OK) {
-            fprintf(stderr, "bench_replay: pool: %s %s\n", gm_status_str(st),
-                    gm_last_error(NULL));
-            rc = -1;
-        }
-    }
-    size_t failed[2] = {0, 0};
+    replica r[2] = {{0}, {0}};
+    int rc = replica_open(t, sa, &r[0]) != 0 || replica_open(t, sb, &r[1]) != 0 ? -1 : 0;
     double total[2] = {0, 0};
     *n = 0;
     for (size_t lo = 0; rc == 0 && lo < t->n_ops; lo += VERSUS_CHUNK) {
@@ -187,7 +194,7 @@ static int versus_once(const trace *t, const cli_settings *sa, const cli_setting
             int k = j ^ (int)((lo / VERSUS_CHUNK) & 1); /* ABBA: neither side always first */
             double t0 = pass_clock_ns();
             for (size_t i = lo; i < hi; i++)
-                run_op(pool[k], &t->ops[i], ptrs[k], &failed[k]);
+                run_op(r[k].pool, &t->ops[i], r[k].ptrs, &r[k].failed);
             d[k] = pass_clock_ns() - t0;
             total[k] += d[k];
         }
@@ -196,14 +203,7 @@ static int versus_once(const trace *t, const cli_settings *sa, const cli_setting
     }
     for (int k = 0; k < 2; k++) {
         ns_per_op[k] = total[k] / (double)(t->n_ops ? t->n_ops : 1);
-        if (pool[k])
-            (void)gm_pool_destroy_force(pool[k]);
-        if (be[k])
-            gm_backend_destroy(be[k]);
-        free(ptrs[k]);
-        if (failed[k])
-            fprintf(stderr, "bench_replay: %s: %zu allocations failed (%c)\n", t->path,
-                    failed[k], 'A' + k);
+        replica_close(t, &r[k], k ? " (B)" : " (A)");
     }
     return rc;
 }
