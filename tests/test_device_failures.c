@@ -217,10 +217,8 @@ static void test_pending_without_event_or_sync(void)
     printf("cross-stream free, failed event and sync\n");
     dev d = dev_new(0);
     gm_config cfg = config_of(GM_SEGMENTS_PLAIN);
-    gm_pool *p = pool_new(d.f, &cfg);
     void *a = NULL, *b = NULL, *c = NULL, *e = NULL;
-    REQUIRE_OK(gm_alloc(p, 64 * KiB, d.s1, &a));
-    REQUIRE_OK(gm_sim_launch(d.sim, d.s1));
+    gm_pool *p = pool_with_busy_block(&d, &cfg, 64 * KiB, &a);
     fail_kinds(&d, FAULT_BIT(FAULT_EVENT_RECORD) | FAULT_BIT(FAULT_STREAM_SYNC));
     CHECK_OK(gm_free(p, a, d.s2));
     CHECK_GT_U(fault_backend_injected(d.f), 0);
@@ -252,10 +250,8 @@ static void test_pending_query_fails(void)
     printf("cross-stream free, failed event query\n");
     dev d = dev_new(0);
     gm_config cfg = config_of(GM_SEGMENTS_PLAIN);
-    gm_pool *p = pool_new(d.f, &cfg);
     void *a = NULL, *b = NULL, *e = NULL;
-    REQUIRE_OK(gm_alloc(p, 64 * KiB, d.s1, &a));
-    REQUIRE_OK(gm_sim_launch(d.sim, d.s1));
+    gm_pool *p = pool_with_busy_block(&d, &cfg, 64 * KiB, &a);
     CHECK_OK(gm_free(p, a, d.s2)); /* behind an event on s1 */
     fail_kinds(&d, FAULT_BIT(FAULT_EVENT_QUERY) | FAULT_BIT(FAULT_STREAM_SYNC));
     REQUIRE_OK(gm_alloc(p, 64 * KiB, d.s2, &b));
@@ -284,10 +280,8 @@ static void test_destroy_waits_for_pending(gm_segments segments)
     printf("destroy with a pending cross-stream free, %s\n", gm_segments_str(segments));
     dev d = dev_new(0);
     gm_config cfg = config_of(segments);
-    gm_pool *p = pool_new(d.f, &cfg);
     void *a = NULL;
-    REQUIRE_OK(gm_alloc(p, 4 * MiB, d.s1, &a));
-    REQUIRE_OK(gm_sim_launch(d.sim, d.s1));
+    gm_pool *p = pool_with_busy_block(&d, &cfg, 4 * MiB, &a);
     CHECK_OK(gm_free(p, a, d.s2));
     CHECK(busy(&d, d.s1));
     CHECK_OK(gm_pool_destroy(p));
@@ -409,10 +403,8 @@ static void test_event_destroy_fails(bool during_life)
     printf("event_destroy fails %s\n", during_life ? "while the pool lives" : "at destroy");
     dev d = dev_new(0);
     gm_config cfg = config_of(GM_SEGMENTS_PLAIN);
-    gm_pool *p = pool_new(d.f, &cfg);
     void *a = NULL, *b = NULL;
-    REQUIRE_OK(gm_alloc(p, 64 * KiB, d.s1, &a));
-    REQUIRE_OK(gm_sim_launch(d.sim, d.s1));
+    gm_pool *p = pool_with_busy_block(&d, &cfg, 64 * KiB, &a);
     CHECK_OK(gm_free(p, a, d.s2)); /* pending behind an event on s1 */
     CHECK_OK(gm_sim_stream_complete(d.sim, d.s1));
     fault_backend_kinds(d.f, FAULT_BIT(FAULT_EVENT_DESTROY));
