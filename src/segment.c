@@ -285,7 +285,7 @@ size_t vmm_best_hole(const gm_arena *a, const gm_block *b, size_t granted, size_
     if (end > hwm)
         end = hwm; /* nothing above it was ever mapped */
     uintptr_t hole = lo;
-    size_t p = vmm_page_of(a, lo);
+    size_t p = r->first + ((size_t)(lo - r->base) >> a->page_shift); /* vmm_page_of, r known */
     while (lo < end) {
         bool mapped = a->pages[p].phys != 0;
         size_t step = mapped ? a->pages[p].run + a->pages[a->pages[p].run].run_len - p : 1;

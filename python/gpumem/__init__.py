@@ -225,8 +225,7 @@ class Pool:
         st = _lib.gmpy_close(self._backend, self._pool, 1 if force else 0)
         if st != BUSY:  # the pool is gone, even when the device kept memory (BACKEND)
             self._pool = self._backend = None
-            _check(st, None, "gpumem.Pool.close")
-        _check(st, self._pool)
+        _check(st, self._pool, "gpumem.Pool.close")
 
     def stream(self):
         """A new stream of the simulated device (backend "sim" only), as an int for alloc and
