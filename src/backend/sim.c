@@ -12,11 +12,14 @@
  *   2 MiB (cuMemAlloc's granule), a physical page run its size; a mapped run whose handle was
  *   released keeps its memory until it is unmapped (the driver's reference count).
  *   VMM: each reservation keeps a page table (one uint32 per granule: physical slot + 1, or 0).
- *   A physical run is mapped at most once at a time (the driver allows several mappings of one
- *   handle; gpumem never needs that, and one mapping keeps "where are its bytes" simple).
- *   Host backing of VMM: bytes belong to the physical run. While mapped they live at its
- *   address; unmap copies them into a private buffer of the run and discards the address's
- *   pages (MADV_DONTNEED); the next map copies them in wherever the run is mapped.
+ *   A physical run may be mapped at several addresses at once, as the driver allows (gpumem maps
+ *   a recycled run at its new place before the old mapping's work has finished: segment.c,
+ *   "aliases"). A page entry flags the first granule of each mapping (SIM_MAP_HEAD), so an
+ *   unmap can check that it covers whole mappings.
+ *   Host backing of VMM: bytes belong to the physical run. While mapped they live at its latest
+ *   mapping's address (mapped_at; older mappings are stale copies); unmapping that one copies
+ *   them into a private buffer of the run, unmapping another just discards its pages
+ *   (MADV_DONTNEED); a map copies them in from the latest mapping or the buffer.
  *   Streams: each stream queues items (kernels, copies, and waits on events of other streams),
  *   numbered 1, 2, ... by `launched`; items complete in order (`completed`). Kernels and copies
  *   complete at once, or with manual_streams only when gm_sim_stream_complete / stream_sync
@@ -30,8 +33,9 @@
  *
  * Invariants (under `lock`): used == sum of live segment spans + live physical run sizes;
  * ranges[] is sorted by start and disjoint, and no free extent overlaps a live range; a
- * reservation's page entries of a mapped run are exactly the granules of its mapping, and the
- * run's mapped_at is that mapping's start; every queued wait item has a ticket > completed.
+ * reservation's page entries of a mapped run are exactly the granules of its mappings (maps of
+ * them), the first of each flagged, and mapped_at is the latest one's start or 0 if that one was
+ * unmapped; every queued wait item has a ticket > completed.
  *
  * Bounds: range and extent lookups O(log R) plus O(R) array moves on insert/remove (R = live
  * ranges, free extents <= R + 1); address allocation scans free extents, O(R); handle lookups
@@ -78,9 +82,14 @@ typedef struct live_range {
     size_t size;     /* bytes asked for: segment size, or reserved size */
     size_t span;     /* address space (and, for segments, capacity) taken */
     range_kind kind;
-    uint32_t *pages; /* reservations: physical slot + 1 per granule, 0 = unmapped */
+    uint32_t *pages; /* reservations: physical slot + 1 per granule, 0 = unmapped; the first
+                        granule of a mapping also has SIM_MAP_HEAD */
     size_t mapped;   /* reservations: granules mapped; imports: the opened pointer - start */
 } live_range;
+
+#define SIM_MAP_HEAD 0x80000000u
+/* The physical slot of a mapped page entry. */
+#define SIM_SLOT(entry) (((entry) & ~SIM_MAP_HEAD) - 1)
 
 typedef struct va_extent {
     uintptr_t start;
@@ -89,7 +98,8 @@ typedef struct va_extent {
 
 typedef struct phys_slot {
     size_t size;
-    uintptr_t mapped_at;  /* 0 = not mapped */
+    uintptr_t mapped_at;  /* the latest mapping's start; 0 = none or it was unmapped */
+    uint32_t maps;        /* mappings of the run now */
     unsigned char *bytes; /* host backing while unmapped, NULL = all zero */
     uint32_t gen;
     uint32_t next_free;
@@ -462,7 +472,7 @@ static const char *access_denial_locked(sim *o, int from, uintptr_t addr, size_t
                                           : "peer access not enabled (cuCtxEnablePeerAccess)";
     size_t off = addr - lr->start, last = size ? off + size - 1 : off;
     for (size_t g = off / o->gran; g <= last / o->gran; g++)
-        if (!(o->phys[lr->pages[g] - 1].peers >> from & 1))
+        if (!(o->phys[SIM_SLOT(lr->pages[g])].peers >> from & 1))
             return "the mapping has no access descriptor for the device (cuMemSetAccess)";
     return NULL;
 }
@@ -511,6 +521,7 @@ static bool phys_new_locked(sim *s, size_t size, gm_phys *out)
     phys_slot *p = &s->phys[slot];
     p->size = size;
     p->mapped_at = 0;
+    p->maps = 0;
     p->bytes = NULL;
     p->live = true;
     p->released = false;
@@ -861,7 +872,7 @@ static gm_status sim_phys_release(gm_backend *b, gm_phys phys)
                                "not a live physical handle", phys);
     } else {
         size_t size = p->size;
-        if (p->mapped_at)
+        if (p->maps)
             p->released = true; /* the mapping keeps the memory until unmap */
         else
             phys_free_locked(s, p);
@@ -901,13 +912,12 @@ static gm_status sim_map(gm_backend *b, uintptr_t addr, size_t size, gm_phys phy
         busy++;
     if (!lr) {
         st = GM_ERR_INVALID_ARGUMENT;
-    } else if (!p || p->size != size || p->mapped_at) {
+    } else if (!p || p->size != size) {
         st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
                                "sim: cuMemMap(%#" PRIxPTR ", %zu, %#" PRIx64 "): "
                                "CUDA_ERROR_INVALID_VALUE: %s", addr, size, phys,
                                !p ? "not a live physical handle"
-                               : p->size != size ? "size differs from the handle's size"
-                                                 : "handle already mapped (sim maps it once)");
+                                  : "size differs from the handle's size");
     } else if (busy < first + n) {
         st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
                                "sim: cuMemMap(%#" PRIxPTR ", %zu): CUDA_ERROR_INVALID_VALUE: "
@@ -917,14 +927,18 @@ static gm_status sim_map(gm_backend *b, uintptr_t addr, size_t size, gm_phys phy
         uint32_t slot = (uint32_t)(p - s->phys);
         for (size_t g = first; g < first + n; g++)
             lr->pages[g] = slot + 1;
+        lr->pages[first] |= SIM_MAP_HEAD;
         lr->mapped += n;
-        p->mapped_at = addr;
         p->peers = 0; /* a new mapping is accessible from this device only */
-        if (p->bytes) { /* host backing: the run's bytes appear at their new address */
+        if (p->mapped_at && s->host_map) { /* host backing: the bytes follow the latest map */
+            memcpy((void *)addr, (const void *)p->mapped_at, size);
+        } else if (p->bytes) {
             memcpy((void *)addr, p->bytes, size);
             host_buffer_free(p->bytes, size);
             p->bytes = NULL;
         }
+        p->mapped_at = addr;
+        p->maps++;
         sim_charge(s, GM_CALL_MAP, size);
     }
     sim_unlock(s);
@@ -935,34 +949,38 @@ static gm_status sim_map(gm_backend *b, uintptr_t addr, size_t size, gm_phys phy
 static bool unmap_covers_whole_mappings_locked(sim *s, live_range *lr, size_t first, size_t n)
 {
     for (size_t g = first; g < first + n;) {
-        if (!lr->pages[g])
+        if (!(lr->pages[g] & SIM_MAP_HEAD))
             return false;
-        phys_slot *p = &s->phys[lr->pages[g] - 1];
+        phys_slot *p = &s->phys[SIM_SLOT(lr->pages[g])];
         size_t pages = p->size / s->gran;
-        if (p->mapped_at != lr->start + g * s->gran || pages > first + n - g)
+        if (pages > first + n - g)
             return false;
         g += pages;
     }
     return true;
 }
 
-/* Host backing: give each mapped run in the range (not released) a buffer for its bytes. */
+/* Host backing: give each run in the range mapped there latest (not released) a buffer for
+ * its bytes. */
 static bool unmap_prepare_buffers_locked(sim *s, live_range *lr, size_t first, size_t n)
 {
     if (!s->host_map)
         return true;
     size_t g = first;
-    for (; g < first + n; g += s->phys[lr->pages[g] - 1].size / s->gran) {
-        phys_slot *p = &s->phys[lr->pages[g] - 1];
-        if (!p->released && !(p->bytes = host_buffer_new(p->size)))
+    for (; g < first + n; g += s->phys[SIM_SLOT(lr->pages[g])].size / s->gran) {
+        phys_slot *p = &s->phys[SIM_SLOT(lr->pages[g])];
+        if (!p->released && p->mapped_at == lr->start + g * s->gran &&
+            !(p->bytes = host_buffer_new(p->size)))
             break;
     }
     if (g >= first + n)
         return true;
-    for (size_t u = first; u < g; u += s->phys[lr->pages[u] - 1].size / s->gran) {
-        phys_slot *p = &s->phys[lr->pages[u] - 1];
-        host_buffer_free(p->bytes, p->size);
-        p->bytes = NULL;
+    for (size_t u = first; u < g; u += s->phys[SIM_SLOT(lr->pages[u])].size / s->gran) {
+        phys_slot *p = &s->phys[SIM_SLOT(lr->pages[u])];
+        if (p->mapped_at == lr->start + u * s->gran) {
+            host_buffer_free(p->bytes, p->size);
+            p->bytes = NULL;
+        }
     }
     return false;
 }
@@ -990,14 +1008,17 @@ static gm_status sim_unmap(gm_backend *b, uintptr_t addr, size_t size)
         st = host_memory_error("unmap");
     } else {
         for (size_t g = first; g < first + n;) {
-            phys_slot *p = &s->phys[lr->pages[g] - 1];
+            phys_slot *p = &s->phys[SIM_SLOT(lr->pages[g])];
             size_t pages = p->size / s->gran;
-            if (p->bytes)
-                memcpy(p->bytes, (void *)p->mapped_at, p->size);
-            host_discard(s, p->mapped_at, p->size);
+            uintptr_t at = lr->start + g * s->gran;
+            bool latest = p->mapped_at == at;
+            if (latest && p->bytes)
+                memcpy(p->bytes, (void *)at, p->size);
+            host_discard(s, at, p->size);
             memset(&lr->pages[g], 0, pages * sizeof lr->pages[0]);
-            p->mapped_at = 0;
-            if (p->released)
+            if (latest)
+                p->mapped_at = 0;
+            if (--p->maps == 0 && p->released)
                 phys_free_locked(s, p);
             g += pages;
         }
@@ -1143,8 +1164,10 @@ static gm_status sim_stream_sync(gm_backend *b, gm_stream str)
     uint32_t si = 0;
     sim_lock(s);
     bool ok = stream_index_locked(s, str, &si);
-    if (ok)
+    if (ok) {
         stream_complete_upto_locked(s, si, s->streams[si].launched);
+        sim_charge(s, GM_CALL_STREAM_SYNC, 0);
+    }
     sim_unlock(s);
     return ok ? GM_OK : bad_stream_error("stream_sync", str);
 }
@@ -1211,8 +1234,8 @@ static gm_status sim_peer_map_access(gm_backend *b, gm_backend *peer, uintptr_t 
                                "sim: cuMemSetAccess(%#" PRIxPTR ", %zu): CUDA_ERROR_INVALID_VALUE:"
                                " the range must cover whole mappings", addr, size);
     } else {
-        for (size_t g = first; g < first + n; g += s->phys[lr->pages[g] - 1].size / s->gran)
-            s->phys[lr->pages[g] - 1].peers |= 1ull << sim_of(peer)->ordinal;
+        for (size_t g = first; g < first + n; g += s->phys[SIM_SLOT(lr->pages[g])].size / s->gran)
+            s->phys[SIM_SLOT(lr->pages[g])].peers |= 1ull << sim_of(peer)->ordinal;
     }
     sim_unlock(s);
     return st;
