@@ -99,6 +99,7 @@ typedef enum gm_call {
     GM_CALL_EVENT_QUERY,   /* cuEventQuery */
     GM_CALL_STREAM_WAIT,   /* cuStreamWaitEvent */
     GM_CALL_MEM_INFO,      /* cuMemGetInfo */
+    GM_CALL_STREAM_SYNC,   /* cuStreamSynchronize: the host waits for the stream's work */
     GM_CALL_KINDS
 } gm_call;
 
@@ -648,6 +649,8 @@ typedef struct gm_stats {
     uint64_t oom_count;              /* allocations that failed with GM_ERR_OUT_OF_MEMORY */
     uint64_t device_calls[GM_CALL_KINDS]; /* device calls this pool made, by kind */
     uint64_t device_time_ns;         /* device time those calls were charged */
+    uint64_t device_call_ns[GM_CALL_KINDS]; /* the same time by kind (stream_sync: time the
+                                               host waited for queued work) */
 
     /* Fragmentation (DESIGN.md §6), now. */
     size_t internal_frag_bytes;  /* allocated - live */
@@ -676,6 +679,14 @@ typedef struct gm_stats {
     uint64_t vmm_stitches;       /* VMM: requests that found no free run of virtual addresses
                                     and were served from a new range by mapping free physical
                                     pages there (stitching, no copy; docs/defrag.md) */
+    uint64_t vmm_runs_recycled;  /* VMM: idle physical runs unmapped and mapped where a block
+                                    needed pages (no new memory; docs/segments.md) */
+    uint64_t vmm_runs_recycled_across; /* of those, runs taken from another stream's heap */
+    uint64_t vmm_waits_avoided;  /* VMM: blocks placed past the range's mapped pages because
+                                    their place still held an old mapping (no wait) */
+    size_t vmm_alias_pages;      /* VMM: pages of recycled runs still mapped at their old place
+                                    as well, until the work queued there before the move has
+                                    finished (no wait; docs/segments.md, "Recycling") */
 
     /* Sharing with other devices and processes (docs/multi-gpu.md). */
     int device;                  /* ordinal of the pool's device */

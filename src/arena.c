@@ -124,6 +124,35 @@ static gm_block *take_on_mapped_pages(gm_pool *pool, gm_arena *a, size_t granted
     return h.block ? a->ops->take_within(&pool->strat, a, h.block, h.off, granted) : NULL;
 }
 
+/* Block b, just taken, lies over pages where an old mapping of a recycled run still waits for
+ * its work (segment.c, "aliases"): its pages could be mapped only after the host waited for
+ * the device. It goes instead to the top of its range, past every page the range ever mapped,
+ * when the range's last free block holds it there: no wait, the same physical memory (its
+ * pages are recycled or created alike), only virtual addresses spent. Else b stays (and
+ * pages_acquire waits). O(blocks of the span), on that path only. */
+static gm_block *vmm_place_clear(gm_pool *pool, gm_arena *a, gm_block *b, size_t granted)
+{
+    if (!a->retiring_pages || !a->ops->take_within ||
+        !vmm_pages_wait_locked(pool, a, b->addr, b->size))
+        return b;
+    gm_span *s = b->span;
+    uintptr_t fresh = vmm_fresh_addr(a, s);
+    gm_block *t = s->first;
+    while (t->phys_next)
+        t = t->phys_next;
+    uintptr_t at = fresh > t->addr ? fresh : t->addr;
+    if (t == b || !block_is_free(t) || t->addr + t->size < at + granted)
+        return b;
+    size_t off = at - t->addr;
+    gm_block *top = a->ops->take_within(&pool->strat, a, t, off, granted);
+    if (!top)
+        return b;
+    flags_set(top, 0); /* taken: b's give must not merge it */
+    a->ops->give(&pool->strat, a, b); /* still flagged free: back to the free structures */
+    pool->vmm_waits_avoided++;
+    return top;
+}
+
 __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_arena *a,
                                                            size_t granted, gm_block **out)
 {
@@ -145,6 +174,7 @@ __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_are
         if (!b) /* the virtual ranges are exhausted */
             return GM_ERR_OUT_OF_MEMORY;
     }
+    b = vmm_place_clear(pool, a, b, granted);
     flags_set(b, 0);
     b->span->live_blocks++;
     gm_status st = pages_acquire_locked(pool, a, b->addr, b->size);

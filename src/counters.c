@@ -32,8 +32,10 @@ void device_call_begin(gm_pool *pool)
 
 gm_status device_call_end(gm_pool *pool, gm_call kind, gm_status st)
 {
+    uint64_t ns = pool->backend->ops->clock_ns(pool->backend) - pool->call_t0;
     pool->device_calls[kind]++;
-    pool->device_time_ns += pool->backend->ops->clock_ns(pool->backend) - pool->call_t0;
+    pool->device_call_ns[kind] += ns;
+    pool->device_time_ns += ns;
     return st;
 }
 

@@ -194,7 +194,7 @@ static gm_status order_after_locked(gm_pool *pool, gm_stream waiter, gm_stream o
     if (ev)
         pool_event_put_locked(pool, ev); /* the wait captured the event: it may be reused */
     if (st != GM_OK)
-        st = be->ops->stream_sync(be, on);
+        st = pool_stream_sync(pool, on);
     return st;
 }
 

@@ -47,7 +47,7 @@ GM_COLD void add_stream_for_sync(gm_pool *pool, gm_stream s)
         size_t cap = pool->synced_cap ? pool->synced_cap * 2 : 8;
         gm_stream *v = gm_host_realloc(pool->synced_streams, cap * sizeof *v);
         if (!v) { /* cannot remember it: wait for it now */
-            if (pool->backend->ops->stream_sync(pool->backend, s) != GM_OK)
+            if (pool_stream_sync(pool, s) != GM_OK)
                 pool->unsynced_unlisted++; /* nor wait: see sync_streams_locked */
             return;
         }
@@ -59,11 +59,10 @@ GM_COLD void add_stream_for_sync(gm_pool *pool, gm_stream s)
 
 gm_status sync_streams_locked(gm_pool *pool)
 {
-    gm_backend *be = pool->backend;
     gm_status first = GM_OK;
     size_t kept = 0;
     for (size_t i = 0; i < pool->synced_count; i++) {
-        gm_status st = be->ops->stream_sync(be, pool->synced_streams[i]);
+        gm_status st = pool_stream_sync(pool, pool->synced_streams[i]);
         if (st == GM_OK)
             continue;
         if (first == GM_OK)

@@ -153,6 +153,8 @@ typedef struct vmm_page {
     bool fresh; /* first page of a run created by the pages_acquire call in progress */
     bool ungranted; /* first page of a run the peers may lack access to (segment.c, run_map):
                        granted before a block uses it */
+    bool retiring;  /* unmapped for the pool (phys 0), but still mapped on the device: the old
+                       place of a recycled run, until its alias is unmapped (segment.c) */
     uint32_t idle_prev, idle_next; /* PAGE_NONE = none */
     /* Runs (segment.c): physical memory is created, mapped, unmapped and released in runs of
      * contiguous pages, one handle and one mapping each. run = first page of this page's run;
@@ -163,6 +165,18 @@ typedef struct vmm_page {
 /* The most pages a run holds (segment.c, "runs"): 16 x 2 MiB on an H200. */
 enum { VMM_RUN_PAGES = 16, VMM_RUN_ROOM = 4 };
 #define PAGE_NONE UINT32_MAX
+
+/* The old mapping of a recycled run (segment.c, "aliases"): the run is mapped at its new place
+ * at once, and this mapping stays until the work queued on its stream before the move (the
+ * fence event) has finished; then it is unmapped without waiting. Pages [first, first + n) of
+ * arena `kind` of heap `heap` (an index: the heaps array moves). */
+typedef struct vmm_alias {
+    uint32_t heap, first, n;
+    int kind;
+    gm_phys phys;
+    gm_stream stream;
+    gm_event fence;
+} vmm_alias;
 
 /* A physical handle whose release failed: it stays reserved until a retry succeeds. */
 typedef struct unreleased_phys {
@@ -204,6 +218,7 @@ struct gm_arena {
     size_t idle_pages;
     uint32_t idle_runs[VMM_RUN_PAGES + 1]; /* idle runs (no page in use) by length */
     size_t ungranted_runs; /* runs flagged vmm_page.ungranted */
+    size_t retiring_pages; /* pages flagged vmm_page.retiring */
 };
 
 struct gm_heap {
@@ -486,6 +501,7 @@ struct gm_pool {
     uint64_t thread_hits_folded; /* fast-path hits of caches that were detached */
     uint64_t device_calls[GM_CALL_KINDS];
     uint64_t device_time_ns;
+    uint64_t device_call_ns[GM_CALL_KINDS];
 
     gm_cache cache;
     /* The segments layer's only ways up (segment.c), installed by the pool at creation: */
@@ -505,10 +521,14 @@ struct gm_pool {
     size_t movable_live, pinned_live;
     uint64_t defrag_steps, defrag_blocks, defrag_bytes;
     uint64_t vmm_stitches;
+    uint64_t vmm_runs_recycled, vmm_runs_recycled_across, vmm_waits_avoided;
     /* VMM handles whose release failed (segment.c): still reserved, retried on each release of
      * free memory. */
     unreleased_phys *unreleased;
     size_t unreleased_count, unreleased_cap, unreleased_bytes;
+    /* Old mappings of recycled runs not unmapped yet, oldest first (segment.c, "aliases"). */
+    vmm_alias *aliases;
+    size_t alias_count, alias_cap;
     gm_relocate_fn relocate_fn;
     void *relocate_user;
     uint64_t cross_stream_reuses;
@@ -540,6 +560,11 @@ void device_call_begin(gm_pool *pool);
 gm_status device_call_end(gm_pool *pool, gm_call kind, gm_status st);
 /* The comma operator sequences the clock read before the call. */
 #define DEVICE_CALL(pool, kind, expr) (device_call_begin(pool), device_call_end((pool), (kind), (expr)))
+/* The host waits for stream s's queued work: counted and timed as GM_CALL_STREAM_SYNC. */
+static inline gm_status pool_stream_sync(gm_pool *pool, gm_stream s)
+{
+    return DEVICE_CALL(pool, GM_CALL_STREAM_SYNC, pool->backend->ops->stream_sync(pool->backend, s));
+}
 /* The pool's figures with every thread cache's deltas added. */
 typedef struct pool_totals {
     size_t live_bytes, allocated_bytes, live_blocks;
@@ -763,6 +788,15 @@ void pages_drop_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);
 size_t pages_unmap_idle_locked(gm_pool *pool, gm_arena *a, size_t max_pages);
 /* Release the handles whose release failed before (they stay reserved until it works). */
 void unreleased_retry_locked(gm_pool *pool);
+/* Unmap the old mappings of recycled runs whose work has finished, oldest first: without
+ * `wait` up to the first still running (no wait), with it all of them (waiting for their
+ * streams). Returns the first failure; what failed stays for a later call. */
+gm_status vmm_aliases_reap_locked(gm_pool *pool, bool wait);
+/* Whether mapping [addr, addr + size) of VMM arena a would first have to wait for the device:
+ * an old mapping whose work has not finished still holds some of its pages. */
+bool vmm_pages_wait_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);
+/* The first address of VMM span s past every page its range ever mapped. */
+uintptr_t vmm_fresh_addr(const gm_arena *a, const gm_span *s);
 /* The whole mappings (runs) covering [addr, addr + size) of VMM arena a, all mapped: what an
  * IPC export or an access grant must name. */
 void vmm_mapping_bounds(const gm_arena *a, uintptr_t addr, size_t size, uintptr_t *base,

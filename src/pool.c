@@ -203,6 +203,8 @@ static uint64_t pool_teardown(gm_pool *pool)
         flags_drop(b, BLOCK_PENDING | BLOCK_TO_STRATEGY | BLOCK_WITHHELD);
         block_release_locked(pool, b);
     }
+    if (pool->alias_count && vmm_aliases_reap_locked(pool, true) != GM_OK)
+        lost += pool->alias_count; /* old mappings of moved runs the device would not end */
     for (int k = 0; k < LIVE_SHARDS; k++) { /* force: live blocks are dropped */
         block_map *m = &pool->shards[k].map;
         for (size_t i = 0; i < m->cap; i++)
@@ -238,6 +240,7 @@ static uint64_t pool_teardown(gm_pool *pool)
         unreleased_retry_locked(pool); /* what still fails is lost with the pool */
     lost += pool->unreleased_count;
     free(pool->unreleased);
+    free(pool->aliases);
     free(pool->synced_streams);
     defrag_fini(pool);
     error_forget_pool(pool);

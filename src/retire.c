@@ -26,7 +26,7 @@ static bool wait_begin_locked(gm_pool *pool, pending_wait *w)
     }
     if (ev)
         pool_event_put_locked(pool, ev);
-    return be->ops->stream_sync(be, w->stream) == GM_OK;
+    return pool_stream_sync(pool, w->stream) == GM_OK;
 }
 
 /* Whether everything pending block b waits for (pending_wait entries) has completed; completed
@@ -48,7 +48,7 @@ static bool pending_events_done_locked(gm_pool *pool, gm_block *b)
                 return false;
             /* A failed query says nothing about the work: done only once its stream is
              * synchronized; else the entry stays and is asked again at the next poll. */
-            if (q != GM_OK && be->ops->stream_sync(be, last->stream) != GM_OK)
+            if (q != GM_OK && pool_stream_sync(pool, last->stream) != GM_OK)
                 return false;
             pool_event_put_locked(pool, last->ev);
         }
@@ -112,10 +112,9 @@ void park_behind_events_locked(gm_pool *pool, gm_block *b, const gm_stream *stre
 {
     pending_wait *w = gm_host_malloc(((size_t)n + 1) * sizeof *w);
     uint32_t waiting = 0;
-    gm_backend *be = pool->backend;
     for (uint32_t i = 0; i < n; i++) {
         if (!w) { /* cannot list them: wait for them now */
-            if (be->ops->stream_sync(be, streams[i]) != GM_OK) {
+            if (pool_stream_sync(pool, streams[i]) != GM_OK) {
                 withhold_locked(pool, b, to_strategy);
                 return;
             }
@@ -148,11 +147,10 @@ GM_COLD void free_shared_block_locked(gm_pool *pool, gm_block *b, gm_stream stre
     b->tag = stream;
     gm_stream *others = gm_host_realloc(b->extra_streams, (b->extra_count + 1u) * sizeof *others);
     if (!others) { /* cannot list them: wait for them instead */
-        gm_backend *be = pool->backend;
         bool done = true;
         for (uint32_t i = 0; done && i <= b->extra_count; i++) {
             gm_stream s = i < b->extra_count ? b->extra_streams[i] : alloc_stream;
-            done = s == stream || be->ops->stream_sync(be, s) == GM_OK;
+            done = s == stream || pool_stream_sync(pool, s) == GM_OK;
         }
         if (!done) { /* nor wait for them: it never comes back */
             withhold_locked(pool, b, false);

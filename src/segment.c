@@ -323,9 +323,140 @@ static uintptr_t page_addr(const gm_arena *a, size_t page, size_t gran)
     return r->base + (page - r->first) * gran;
 }
 
+/* ---- aliases: a recycled run's old mapping stays until the device is done with it ----
+ *
+ * Moving an idle run (recycling) used to synchronize the streams that freed memory and unmap
+ * the run before mapping it at its new place: the host waited for the device on the hot path,
+ * and in a loop where the host runs ahead of the GPU that wait is the step's time (issue 17:
+ * 5.6 ms of waiting per 11.5 ms step on the H200 side-stream workload). A run may be mapped
+ * at two places at once, so now the move maps it at the new place at once and leaves the old
+ * mapping (an alias) until the work queued on the old heap's stream before the move has
+ * finished: an event (the fence) is recorded there, and the alias is unmapped once a query
+ * finds it complete, with no wait. This is as safe as reusing a freed block on its stream:
+ * work on the old place precedes the new place's use in stream order, and a run that moves to
+ * another stream's heap makes that stream wait for the fence on the device (no host wait).
+ * Work of other streams never reaches an idle run: their blocks came back only after their
+ * events (retire.c). The old pages are flagged retiring (unmapped for the pool: no block's
+ * bytes are there) until the unmap; a block that needs them mapped first unmaps the alias,
+ * waiting for its fence if it must (the rare case that makes the host wait), and so do a
+ * handle's release and a range's. */
+
+static gm_arena *alias_arena(gm_pool *pool, const vmm_alias *al)
+{
+    return &pool->heaps[al->heap].arenas[al->kind];
+}
+
+/* Whether the work before alias al's fence has finished; with `wait`, wait for it. A failed
+ * query says nothing about the work: only a synchronization of the stream answers then. */
+static bool alias_done(gm_pool *pool, const vmm_alias *al, bool wait)
+{
+    gm_backend *be = pool->backend;
+    gm_status q = DEVICE_CALL(pool, GM_CALL_EVENT_QUERY, be->ops->event_query(be, al->fence));
+    if (q == GM_OK)
+        return true;
+    if (q == GM_ERR_NOT_READY && !wait)
+        return false;
+    return pool_stream_sync(pool, al->stream) == GM_OK;
+}
+
+/* Unmap alias al's pages (its work has finished) and give its fence back. */
+static gm_status alias_unmap(gm_pool *pool, const vmm_alias *al)
+{
+    gm_backend *be = pool->backend;
+    gm_arena *a = alias_arena(pool, al);
+    size_t gran = pool->granularity;
+    gm_status st = DEVICE_CALL(pool, GM_CALL_UNMAP,
+                               be->ops->unmap(be, page_addr(a, al->first, gran), al->n * gran));
+    if (st != GM_OK)
+        return st;
+    for (size_t p = al->first; p < al->first + al->n; p++)
+        a->pages[p].retiring = false;
+    a->retiring_pages -= al->n;
+    pool_event_put_locked(pool, al->fence);
+    return GM_OK;
+}
+
+/* Unmap the aliases that `pick` selects (all when NULL), waiting for their work; the rest keep
+ * their order. */
+typedef bool (*alias_pick)(const vmm_alias *al, const void *what);
+
+static gm_status aliases_clear(gm_pool *pool, alias_pick pick, const void *what)
+{
+    gm_status first = GM_OK;
+    size_t kept = 0;
+    for (size_t i = 0; i < pool->alias_count; i++) {
+        vmm_alias al = pool->aliases[i];
+        if (!pick || pick(&al, what)) {
+            gm_status st = alias_done(pool, &al, true) ? alias_unmap(pool, &al)
+                                                        : GM_ERR_BACKEND;
+            if (st == GM_OK)
+                continue;
+            if (first == GM_OK)
+                first = st;
+        }
+        pool->aliases[kept++] = al;
+    }
+    pool->alias_count = kept;
+    return first;
+}
+
+gm_status vmm_aliases_reap_locked(gm_pool *pool, bool wait)
+{
+    if (wait)
+        return aliases_clear(pool, NULL, NULL);
+    size_t i = 0;
+    gm_status st = GM_OK;
+    while (i < pool->alias_count && alias_done(pool, &pool->aliases[i], false) &&
+           (st = alias_unmap(pool, &pool->aliases[i])) == GM_OK)
+        i++;
+    memmove(pool->aliases, &pool->aliases[i], (pool->alias_count - i) * sizeof pool->aliases[0]);
+    pool->alias_count -= i;
+    return st;
+}
+
+/* Aliases on pages [first, first + n) of arena `kind` of heap `heap`. */
+typedef struct page_span {
+    size_t heap;
+    int kind;
+    size_t first, n;
+} page_span;
+
+static page_span arena_pages(const gm_pool *pool, const gm_arena *a, size_t first, size_t n)
+{
+    return (page_span){(size_t)(a->heap - pool->heaps), a->kind, first, n};
+}
+
+static bool alias_overlaps(const vmm_alias *al, const void *what)
+{
+    const page_span *ps = what;
+    return al->heap == ps->heap && al->kind == ps->kind && al->first < ps->first + ps->n &&
+           ps->first < (size_t)al->first + al->n;
+}
+
+static bool alias_of_phys(const vmm_alias *al, const void *what)
+{
+    return al->phys == *(const gm_phys *)what;
+}
+
+/* Pages [p, p + n) of arena a are about to be mapped: old mappings still there go first. */
+static gm_status aliases_clear_pages(gm_pool *pool, gm_arena *a, size_t p, size_t n)
+{
+    size_t q = p;
+    while (q < p + n && !a->pages[q].retiring)
+        q++;
+    if (q == p + n)
+        return GM_OK;
+    page_span ps = arena_pages(pool, a, p, n);
+    return aliases_clear(pool, alias_overlaps, &ps);
+}
+
 void vmm_release_ranges_locked(gm_pool *pool, gm_arena *a)
 {
-    if (!a->pages || a->mapped_pages)
+    if (a->retiring_pages) {
+        page_span all = arena_pages(pool, a, 0, SIZE_MAX);
+        (void)aliases_clear(pool, alias_overlaps, &all);
+    }
+    if (!a->pages || a->mapped_pages || a->retiring_pages)
         return;
     for (gm_span *s = a->spans; s; s = s->next)
         if (s->live_blocks)
@@ -471,6 +602,24 @@ static gm_status runs_grant_locked(gm_pool *pool, gm_arena *a, size_t first, siz
     return GM_OK;
 }
 
+/* The page table's side of an unmap of idle run h: its pages unmapped, its handle (still
+ * reserved) in *phys. */
+static void run_forget(gm_arena *a, size_t h, gm_phys *phys)
+{
+    size_t n = a->pages[h].run_len;
+    *phys = a->pages[h].phys;
+    run_idle_remove(a, h);
+    run_flag_ungranted(a, h, false); /* unmapped: a later map grants the peers again */
+    for (size_t p = h; p < h + n; p++) {
+        idle_remove(a, p);
+        a->pages[p].phys = 0;
+        a->pages[p].run = PAGE_NONE;
+    }
+    a->pages[h].run_len = a->pages[h].run_busy = 0;
+    a->mapped_pages -= n;
+    range_of_page(a, h)->mapped -= n;
+}
+
 /* Unmap idle run h (no page in use), keeping its handle (still reserved) in *phys. A failed
  * unmap, or a failed synchronization of the streams before it, changes nothing: the run stays
  * mapped and idle. */
@@ -485,17 +634,7 @@ static gm_status run_unmap(gm_pool *pool, gm_arena *a, size_t h, gm_phys *phys)
                                                              n * gran));
     if (st != GM_OK)
         return st;
-    *phys = a->pages[h].phys;
-    run_idle_remove(a, h);
-    run_flag_ungranted(a, h, false); /* unmapped: a later map grants the peers again */
-    for (size_t p = h; p < h + n; p++) {
-        idle_remove(a, p);
-        a->pages[p].phys = 0;
-        a->pages[p].run = PAGE_NONE;
-    }
-    a->pages[h].run_len = a->pages[h].run_busy = 0;
-    a->mapped_pages -= n;
-    range_of_page(a, h)->mapped -= n;
+    run_forget(a, h, phys);
     return GM_OK;
 }
 
@@ -505,6 +644,8 @@ static gm_status run_unmap(gm_pool *pool, gm_arena *a, size_t h, gm_phys *phys)
 static gm_status phys_release(gm_pool *pool, gm_phys phys, size_t bytes)
 {
     gm_backend *be = pool->backend;
+    if (pool->alias_count) /* its old mappings first, so that the bytes really go */
+        (void)aliases_clear(pool, alias_of_phys, &phys);
     gm_status st = DEVICE_CALL(pool, GM_CALL_PHYS_RELEASE, be->ops->phys_release(be, phys));
     if (st == GM_OK) {
         pool_note_reserved_locked(pool, bytes, false);
@@ -539,6 +680,65 @@ void unreleased_retry_locked(gm_pool *pool)
     pool->unreleased_count = kept;
 }
 
+bool vmm_pages_wait_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size)
+{
+    if (!a->retiring_pages)
+        return false;
+    (void)vmm_aliases_reap_locked(pool, false);
+    size_t last = vmm_page_of(a, addr + size - 1);
+    for (size_t p = vmm_page_of(a, addr); p <= last && a->retiring_pages; p++)
+        if (a->pages[p].retiring)
+            return true;
+    return false;
+}
+
+uintptr_t vmm_fresh_addr(const gm_arena *a, const gm_span *s)
+{
+    const vmm_range *r = vmm_range_of(a, s->base);
+    return r->base + (r->hwm << a->page_shift);
+}
+
+/* Move idle run h of arena `from` off its pages, for a map in arena `to`: its handle (still
+ * reserved) in *phys. The old mapping stays as an alias behind a fence on from's stream, and
+ * `to`'s stream waits for the fence on the device if it is another stream. Where that cannot
+ * be set up (no event, no host memory, a failed record or wait), the run is unmapped now,
+ * after synchronizing the streams (run_unmap). */
+static gm_status run_detach(gm_pool *pool, gm_arena *from, size_t h, const gm_arena *to,
+                            gm_phys *phys)
+{
+    gm_backend *be = pool->backend;
+    gm_event ev = 0;
+    if (pool->alias_count == pool->alias_cap) {
+        size_t cap = pool->alias_cap ? pool->alias_cap * 2 : 16;
+        vmm_alias *v = gm_host_realloc(pool->aliases, cap * sizeof *v);
+        if (!v)
+            return run_unmap(pool, from, h, phys);
+        pool->aliases = v;
+        pool->alias_cap = cap;
+    }
+    gm_stream s = from->heap->stream;
+    gm_status st = pool_event_get_locked(pool, &ev);
+    if (st == GM_OK)
+        st = DEVICE_CALL(pool, GM_CALL_EVENT_RECORD, be->ops->event_record(be, ev, s));
+    if (st == GM_OK && to->heap != from->heap)
+        st = DEVICE_CALL(pool, GM_CALL_STREAM_WAIT,
+                         be->ops->stream_wait_event(be, to->heap->stream, ev));
+    if (st != GM_OK) {
+        if (ev)
+            pool_event_put_locked(pool, ev);
+        return run_unmap(pool, from, h, phys);
+    }
+    size_t n = from->pages[h].run_len;
+    pool->aliases[pool->alias_count++] = (vmm_alias){
+        .heap = (uint32_t)(from->heap - pool->heaps), .first = (uint32_t)h, .n = (uint32_t)n,
+        .kind = from->kind, .phys = from->pages[h].phys, .stream = s, .fence = ev};
+    run_forget(from, h, phys);
+    for (size_t p = h; p < h + n; p++)
+        from->pages[p].retiring = true;
+    from->retiring_pages += n;
+    return GM_OK;
+}
+
 /* Unmap and release idle run h. */
 static gm_status run_release(gm_pool *pool, gm_arena *a, size_t h)
 {
@@ -562,6 +762,8 @@ static size_t idle_run_find(const gm_arena *a, size_t max_pages)
 static gm_status run_recycle(gm_pool *pool, gm_arena *a, size_t p, size_t max_pages,
                              size_t *moved)
 {
+    if (pool->alias_count) /* old mappings whose work has finished: unmapped now, no wait */
+        (void)vmm_aliases_reap_locked(pool, false);
     gm_arena *from = a;
     size_t h = a->idle_pages ? idle_run_find(a, max_pages) : PAGE_NONE;
     for (size_t i = 0; h == PAGE_NONE && i < pool->heap_count; i++)
@@ -575,13 +777,15 @@ static gm_status run_recycle(gm_pool *pool, gm_arena *a, size_t p, size_t max_pa
         return GM_OK;
     size_t len = from->pages[h].run_len;
     gm_phys phys = 0;
-    gm_status st = run_unmap(pool, from, h, &phys);
+    gm_status st = run_detach(pool, from, h, a, &phys);
     if (st != GM_OK)
         return st;
     st = run_map(pool, a, p, len, phys); /* on failure it gives the unmapped handle back */
     if (st != GM_OK)
         return st;
     *moved = len;
+    pool->vmm_runs_recycled++;
+    pool->vmm_runs_recycled_across += from->heap != a->heap;
     return GM_OK;
 }
 
@@ -657,7 +861,7 @@ static size_t stretch_room(const gm_arena *a, size_t last, size_t max)
     size_t n = 0;
     const vmm_range *r = range_of_page(a, last);
     for (size_t p = last + 1; n < max && p < r->first + r->count && !a->pages[p].phys &&
-                              !a->pages[p].users; p++)
+                              !a->pages[p].users && !a->pages[p].retiring; p++)
         n++;
     return n;
 }
@@ -704,8 +908,11 @@ gm_status pages_acquire_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_
         size_t q = p;
         while (q <= last && !a->pages[q].phys)
             q++;
-        st = stretch_fill(pool, a, p, q - p,
-                          q > last ? stretch_room(a, last, vmm_room(pool)) : 0);
+        if (a->retiring_pages)
+            st = aliases_clear_pages(pool, a, p, q - p);
+        if (st == GM_OK)
+            st = stretch_fill(pool, a, p, q - p,
+                              q > last ? stretch_room(a, last, vmm_room(pool)) : 0);
         p = q;
     }
     if (st == GM_OK && a->ungranted_runs)

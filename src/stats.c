@@ -36,6 +36,7 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
     out->oom_count = pool->oom_count;
     memcpy(out->device_calls, pool->device_calls, sizeof out->device_calls);
     out->device_time_ns = pool->device_time_ns;
+    memcpy(out->device_call_ns, pool->device_call_ns, sizeof out->device_call_ns);
     out->internal_frag_bytes = t.allocated_bytes - t.live_bytes;
     free_summary fs;
     free_summary_locked(pool, &fs);
@@ -55,6 +56,12 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
     out->defrag_blocks_moved = pool->defrag_blocks;
     out->defrag_bytes_moved = pool->defrag_bytes;
     out->vmm_stitches = pool->vmm_stitches;
+    out->vmm_runs_recycled = pool->vmm_runs_recycled;
+    out->vmm_runs_recycled_across = pool->vmm_runs_recycled_across;
+    out->vmm_waits_avoided = pool->vmm_waits_avoided;
+    out->vmm_alias_pages = 0;
+    for (size_t i = 0; i < pool->alias_count; i++)
+        out->vmm_alias_pages += pool->aliases[i].n;
     share_stats_locked(pool, out);
 }
 
@@ -254,7 +261,17 @@ static gm_status check_span(gm_pool *pool, const gm_span *s, uint32_t *users, re
 static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *users,
                              recount *rc)
 {
-    size_t mapped = 0, idle = 0, ungranted = 0;
+    size_t mapped = 0, idle = 0, ungranted = 0, retiring = 0, aliased = 0;
+    for (size_t i = 0; i < pool->alias_count; i++) {
+        const vmm_alias *al = &pool->aliases[i];
+        if (&pool->heaps[al->heap].arenas[al->kind] != a)
+            continue;
+        for (size_t p = al->first; p < (size_t)al->first + al->n; p++)
+            if (p >= a->page_count || !a->pages[p].retiring)
+                return CORRUPT("old mapping of pages %u-%u: page %zu is not retiring", al->first,
+                               al->first + al->n - 1, p);
+        aliased += al->n;
+    }
     for (size_t p = 0; p < a->page_count; p++) {
         const vmm_page *pg = &a->pages[p];
         if (p >= a->page_hwm && !pg->phys && !pg->users)
@@ -265,6 +282,9 @@ static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *u
             return CORRUPT("page %zu is used but not mapped", p);
         if (pg->ungranted && (!pg->phys || pg->run != p || pg->run_busy))
             return CORRUPT("page %zu is flagged ungranted but heads no idle run", p);
+        if (pg->retiring && (pg->phys || pg->users))
+            return CORRUPT("page %zu is retiring (an old mapping) but mapped or used", p);
+        retiring += pg->retiring;
         ungranted += pg->ungranted;
         mapped += pg->phys != 0;
         idle += pg->phys && !pg->users;
@@ -277,6 +297,9 @@ static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *u
     if (mapped != a->mapped_pages || idle != a->idle_pages || listed != idle)
         return CORRUPT("arena counts %zu mapped / %zu idle pages, found %zu / %zu (listed %zu)",
                        a->mapped_pages, a->idle_pages, mapped, idle, listed);
+    if (retiring != a->retiring_pages || aliased != retiring)
+        return CORRUPT("arena counts %zu retiring pages, found %zu, old mappings cover %zu",
+                       a->retiring_pages, retiring, aliased);
     if (ungranted != a->ungranted_runs)
         return CORRUPT("arena counts %zu runs without the peers' access, found %zu",
                        a->ungranted_runs, ungranted);

@@ -173,6 +173,9 @@ static void test_create_with_device(void)
 
 static uint64_t expected_calls[GM_CALL_KINDS];
 #define CALL(kind, expr) (expected_calls[kind]++, (expr))
+/* device_fill synchronizes the default stream through the backend: a counted call. */
+#define FILL(b, addr, size, value) \
+    (expected_calls[GM_CALL_STREAM_SYNC]++, device_fill((b), (addr), (size), (value)))
 
 static void check_no_context_left(const char *after)
 {
@@ -227,8 +230,8 @@ static void test_plain_and_copy(gm_backend *b)
     CHECK_EQ_U(dst % GM_ALIGNMENT, 0);
     check_no_context_left("mem_alloc");
 
-    device_fill(b, src, size, 0xA5);
-    device_fill(b, dst, size, 0x00);
+    FILL(b, src, size, 0xA5);
+    FILL(b, dst, size, 0x00);
     gm_device_counters before;
     CHECK_OK(gm_backend_counters(b, &before));
     gm_event ev = 0;
@@ -236,7 +239,7 @@ static void test_plain_and_copy(gm_backend *b)
     CHECK(ev != 0);
     CHECK_OK(CALL(GM_CALL_COPY, b->ops->copy(b, dst, src, size, NULL)));
     CHECK_OK(CALL(GM_CALL_EVENT_RECORD, b->ops->event_record(b, ev, NULL)));
-    CHECK_OK(b->ops->stream_sync(b, NULL));
+    CHECK_OK(CALL(GM_CALL_STREAM_SYNC, b->ops->stream_sync(b, NULL)));
     CHECK_OK(CALL(GM_CALL_EVENT_QUERY, b->ops->event_query(b, ev)));
     CHECK(device_bytes_are(dst, size, 0xA5));
     gm_device_counters after;
@@ -268,8 +271,8 @@ static void test_streams_and_events(gm_backend *b)
     uintptr_t src = 0, dst = 0;
     REQUIRE(CALL(GM_CALL_MEM_ALLOC, b->ops->mem_alloc(b, size, &src)) == GM_OK);
     REQUIRE(CALL(GM_CALL_MEM_ALLOC, b->ops->mem_alloc(b, size, &dst)) == GM_OK);
-    device_fill(b, src, size, 0x3C);
-    device_fill(b, dst, size, 0x00);
+    FILL(b, src, size, 0x3C);
+    FILL(b, dst, size, 0x00);
     gm_stream s1 = oracle_stream_create(), s2 = oracle_stream_create();
     gm_event held = 0, copied = 0;
     CHECK_OK(CALL(GM_CALL_EVENT_CREATE, b->ops->event_create(b, &held)));
@@ -285,12 +288,12 @@ static void test_streams_and_events(gm_backend *b)
     check_no_context_left("event calls");
 
     atomic_store(&gate_open, 1);
-    CHECK_OK(b->ops->stream_sync(b, s2));
+    CHECK_OK(CALL(GM_CALL_STREAM_SYNC, b->ops->stream_sync(b, s2)));
     CHECK_OK(CALL(GM_CALL_EVENT_QUERY, b->ops->event_query(b, held)));
     CHECK_OK(CALL(GM_CALL_EVENT_QUERY, b->ops->event_query(b, copied)));
     CHECK(device_bytes_are(dst, size, 0x3C));
 
-    CHECK_OK(b->ops->stream_sync(b, s1));
+    CHECK_OK(CALL(GM_CALL_STREAM_SYNC, b->ops->stream_sync(b, s1)));
     CHECK_OK(CALL(GM_CALL_EVENT_DESTROY, b->ops->event_destroy(b, held)));
     CHECK_OK(CALL(GM_CALL_EVENT_DESTROY, b->ops->event_destroy(b, copied)));
     oracle_stream_destroy(s1);
@@ -321,10 +324,10 @@ static void test_vmm(gm_backend *b)
     CHECK_OK(CALL(GM_CALL_MAP, b->ops->map(b, va + run, run, hi)));
     check_no_context_left("map");
 
-    device_fill(b, va, run, 0x5E);
-    device_fill(b, va + run, run, 0x00);
+    FILL(b, va, run, 0x5E);
+    FILL(b, va + run, run, 0x00);
     CHECK_OK(CALL(GM_CALL_COPY, b->ops->copy(b, va + run, va, run, NULL)));
-    CHECK_OK(b->ops->stream_sync(b, NULL));
+    CHECK_OK(CALL(GM_CALL_STREAM_SYNC, b->ops->stream_sync(b, NULL)));
     CHECK(device_bytes_are(va + run, run, 0x5E));
 
     /* Mapping over a mapped range fails and leaves the mapping (and its bytes) as they were. */
@@ -401,6 +404,7 @@ static void test_threads(gm_backend *b)
     expected_calls[GM_CALL_EVENT_CREATE] += THREADS;
     expected_calls[GM_CALL_EVENT_RECORD] += THREADS;
     expected_calls[GM_CALL_EVENT_QUERY] += THREADS;
+    expected_calls[GM_CALL_STREAM_SYNC] += THREADS;
     expected_calls[GM_CALL_EVENT_DESTROY] += THREADS;
 }
 

@@ -74,6 +74,7 @@ static void test_forwarding_and_caps(void)
     }
     CHECK_EQ_U(mine.copy_bytes, 4096);
     CHECK_EQ_U(mine.calls[GM_CALL_MEM_FREE], 2);
+    CHECK_EQ_U(mine.calls[GM_CALL_STREAM_SYNC], 1);
     CHECK_EQ_U(mine.time_ns[GM_CALL_MEM_ALLOC], 2 * 40800);
     fixture_free(&x);
 }

@@ -389,10 +389,22 @@ static void test_vmm_mapped_first(int mapped_first)
     CHECK_OK(gm_alloc(p, 8 * MiB, NULL, &e)); /* no hole holds it: 2-3 recycled past d, 2 new */
     gm_stats st;
     CHECK_OK(gm_pool_stats(p, &st));
-    CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP], 2);
+    /* x's two runs moved, within the one heap: their old mappings unmapped, or waiting to be
+     * (a run per page: pages = mappings); nothing waited for the device */
+    CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP] + st.vmm_alias_pages, 2);
+    CHECK_EQ_U(st.vmm_runs_recycled, 2);
+    CHECK_EQ_U(st.vmm_runs_recycled_across, 0);
+    CHECK_EQ_U(st.device_calls[GM_CALL_STREAM_SYNC], 0);
+    CHECK_EQ_U(st.device_calls[GM_CALL_EVENT_RECORD], 2); /* a fence per move */
+    uint64_t by_kind = 0;
+    for (int k = 0; k < GM_CALL_KINDS; k++)
+        by_kind += st.device_call_ns[k];
+    CHECK_EQ_U(by_kind, st.device_time_ns);
+    CHECK_GE_U(st.device_call_ns[GM_CALL_UNMAP], 1);
     CHECK_OK(gm_free(p, y, NULL)); /* pages 5-7 idle, mapped; 2-3 free and unmapped */
     uint64_t calls[GM_CALL_KINDS];
     memcpy(calls, st.device_calls, sizeof calls);
+    uint64_t moved_off = st.device_calls[GM_CALL_UNMAP] + st.vmm_alias_pages;
     CHECK_OK(gm_alloc(p, 4 * MiB, NULL, &f));
     CHECK_OK(gm_pool_stats(p, &st));
     if (mapped_first) { /* on y's mapped pages: no call at all */
@@ -402,7 +414,8 @@ static void test_vmm_mapped_first(int mapped_first)
         CHECK_EQ_U(st.device_calls[GM_CALL_PHYS_CREATE], calls[GM_CALL_PHYS_CREATE]);
     } else { /* best fit: x's old range, exact, whose pages come back from y's (2 moves) */
         CHECK(f == x);
-        CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP], calls[GM_CALL_UNMAP] + 2);
+        CHECK_EQ_U(st.vmm_runs_recycled, 4);
+        CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP] + st.vmm_alias_pages, moved_off + 2);
         CHECK_EQ_U(st.device_calls[GM_CALL_MAP], calls[GM_CALL_MAP] + 2);
     }
     CHECK_EQ_U(st.reserved_bytes, 22 * MiB); /* either way: nothing created */
@@ -414,6 +427,99 @@ static void test_vmm_mapped_first(int mapped_first)
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
         CHECK_OK(gm_free(p, blocks[i], NULL));
     CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
+/* Idle pages of one stream's heap serve another's request (release=before_grow): the runs move
+ * (mapped at the new place, the old mapping left behind a fence), nothing is created, the host
+ * waits for nothing (the new stream waits for the fences on the device), and the stats count
+ * the moves as across heaps. */
+static void test_vmm_recycle_across(void)
+{
+    gm_backend *be = sim_new(256 * MiB, 0, 0);
+    gm_stream s1, s2;
+    REQUIRE_OK(gm_sim_stream_create(be, &s1));
+    REQUIRE_OK(gm_sim_stream_create(be, &s2));
+    gm_config cfg = {0};
+    cfg.segments = GM_SEGMENTS_VMM;
+    cfg.vmm_reserve_bytes = 256 * MiB;
+    cfg.vmm_run_pages = 1;
+    cfg.cache_disable = 1;
+    gm_pool *p = pool_new(be, &cfg);
+    void *a, *b;
+    CHECK_OK(gm_alloc(p, 4 * MiB, s1, &a));
+    CHECK_OK(gm_free(p, a, s1)); /* s1's two pages idle */
+    CHECK_OK(gm_alloc(p, 4 * MiB, s2, &b));
+    gm_stats st;
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.vmm_runs_recycled, 2);
+    CHECK_EQ_U(st.vmm_runs_recycled_across, 2);
+    CHECK_EQ_U(st.device_calls[GM_CALL_PHYS_CREATE], 2); /* a's only */
+    CHECK_EQ_U(st.device_calls[GM_CALL_STREAM_SYNC], 0);  /* no host wait: */
+    CHECK_EQ_U(st.device_calls[GM_CALL_STREAM_WAIT], 2);  /* s2 waits for s1's fences */
+    CHECK_EQ_U(st.reserved_bytes, 4 * MiB);
+    CHECK_OK(gm_free(p, b, s2));
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+    CHECK_OK(gm_sim_stream_destroy(be, s1));
+    CHECK_OK(gm_sim_stream_destroy(be, s2));
+    gm_backend_destroy(be);
+}
+
+/* Recycling never makes the host wait for work still queued on the old place (segment.c,
+ * "aliases"): with a kernel still running over a's pages, a's runs move under c at once, their
+ * old mappings staying until the kernel is done. A block that best fit puts on a's old
+ * addresses then: once the kernel is done (`done_first`), the old mappings are unmapped with
+ * no wait; while it runs, the block goes above every page ever mapped if the range has room
+ * there (`room`: no wait either), else the old mappings are unmapped after waiting for the
+ * stream (the one case that waits). */
+static void test_vmm_recycle_aliases(int done_first, int room)
+{
+    printf("recycle aliases, kernel done first: %d, room above: %d\n", done_first, room);
+    gm_backend *be = sim_new(256 * MiB, 0, 1); /* manual streams: kernels run until completed */
+    gm_config cfg = {0};
+    cfg.segments = GM_SEGMENTS_VMM;
+    cfg.vmm_reserve_bytes = room ? 256 * MiB : 16 * MiB; /* 16: 2 MiB above c, d needs 4 */
+    cfg.vmm_run_pages = 1;
+    cfg.cache_disable = 1;
+    gm_pool *p = pool_new(be, &cfg);
+    void *a, *b, *c, *d;
+    CHECK_OK(gm_alloc(p, 4 * MiB, NULL, &a)); /* pages 0-1 */
+    CHECK_OK(gm_alloc(p, 2 * MiB, NULL, &b)); /* 2 */
+    CHECK_OK(gm_sim_launch(be, NULL));        /* a kernel using a, still running */
+    CHECK_OK(gm_free(p, a, NULL));
+    CHECK_OK(gm_alloc(p, 8 * MiB, NULL, &c)); /* pages 3-6: a's two runs moved, two new */
+    gm_stats st;
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.vmm_runs_recycled, 2);
+    CHECK_EQ_U(st.vmm_alias_pages, 2);
+    CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP], 0);
+    CHECK_EQ_U(st.device_calls[GM_CALL_STREAM_SYNC], 0);
+    CHECK_EQ_U(st.device_calls[GM_CALL_PHYS_CREATE], 5);
+    CHECK_EQ_U(st.reserved_bytes, 10 * MiB);
+    CHECK_OK(gm_pool_check(p));
+    if (done_first)
+        CHECK_OK(gm_sim_stream_complete(be, NULL));
+    CHECK_OK(gm_alloc(p, 4 * MiB, NULL, &d)); /* best fit: a's old addresses */
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.device_calls[GM_CALL_STREAM_SYNC], done_first || room ? 0 : 1);
+    if (!done_first && room) { /* above c (pages 7-8): the old mappings stay */
+        CHECK(d == (char *)c + 8 * MiB);
+        CHECK_EQ_U(st.vmm_waits_avoided, 1);
+        CHECK_EQ_U(st.vmm_alias_pages, 2);
+        CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP], 0);
+    } else {
+        CHECK(d == a);
+        CHECK_EQ_U(st.vmm_waits_avoided, 0);
+        CHECK_EQ_U(st.vmm_alias_pages, 0);
+        CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP], 2);
+    }
+    CHECK_EQ_U(st.reserved_bytes, 14 * MiB); /* d's two pages created either way */
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free(p, b, NULL));
+    CHECK_OK(gm_free(p, c, NULL));
+    CHECK_OK(gm_free(p, d, NULL));
     CHECK_OK(gm_pool_destroy(p));
     gm_backend_destroy(be);
 }
@@ -730,6 +836,11 @@ int main(void)
     test_vmm_pages();
     test_vmm_mapped_first(0);
     test_vmm_mapped_first(1);
+    test_vmm_recycle_across();
+    for (int room = 0; room < 2; room++) {
+        test_vmm_recycle_aliases(0, room);
+        test_vmm_recycle_aliases(1, room);
+    }
     test_geometric_growth();
     test_small_arena_doubles();
     test_geometric_growth_near_capacity();

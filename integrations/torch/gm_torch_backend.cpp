@@ -1199,11 +1199,16 @@ py::dict stats(int dev) {
     GMT_F(alloc_count); GMT_F(free_count); GMT_F(oom_count); GMT_F(device_time_ns);
     GMT_F(internal_frag_bytes); GMT_F(total_free_bytes); GMT_F(largest_free_bytes); GMT_F(frag_rate);
     GMT_F(cached_bytes); GMT_F(cached_blocks); GMT_F(thread_cache_hits); GMT_F(cross_stream_reuses);
-    GMT_F(vmm_stitches); GMT_F(device);
+    GMT_F(vmm_stitches); GMT_F(vmm_runs_recycled); GMT_F(vmm_runs_recycled_across); GMT_F(vmm_alias_pages); GMT_F(vmm_waits_avoided);
+    GMT_F(device);
 #undef GMT_F
-    py::dict calls;
-    for (int k = 0; k < GM_CALL_KINDS; k++) calls[gm_call_str(static_cast<gm_call>(k))] = s.device_calls[k];
+    py::dict calls, call_ns;
+    for (int k = 0; k < GM_CALL_KINDS; k++) {
+        calls[gm_call_str(static_cast<gm_call>(k))] = s.device_calls[k];
+        call_ns[gm_call_str(static_cast<gm_call>(k))] = s.device_call_ns[k];
+    }
     d["device_calls"] = calls;
+    d["device_call_ns"] = call_ns;
     py::list ladder, hist;
     for (auto v : s.oom_ladder) ladder.append(v);
     for (auto v : s.free_histogram) hist.append(v);

@@ -102,7 +102,7 @@ const char *gm_call_str(gm_call call)
         [GM_CALL_COPY] = "copy",                 [GM_CALL_EVENT_CREATE] = "event_create",
         [GM_CALL_EVENT_DESTROY] = "event_destroy", [GM_CALL_EVENT_RECORD] = "event_record",
         [GM_CALL_EVENT_QUERY] = "event_query",   [GM_CALL_STREAM_WAIT] = "stream_wait",
-        [GM_CALL_MEM_INFO] = "mem_info",
+        [GM_CALL_MEM_INFO] = "mem_info",         [GM_CALL_STREAM_SYNC] = "stream_sync",
     };
     if ((unsigned)call >= GM_CALL_KINDS)
         return "unknown";

@@ -73,6 +73,7 @@ static const cost_curve curves[GM_CALL_KINDS] = {
     [GM_CALL_EVENT_QUERY] = CURVE(event_query_points),
     [GM_CALL_STREAM_WAIT] = CURVE(event_record_points),
     [GM_CALL_MEM_INFO] = CURVE(mem_info_points),
+    [GM_CALL_STREAM_SYNC] = CURVE(event_query_points), /* an idle stream: a query's cost */
 };
 
 /* ANCHORS.md: device-to-device copy, one way: 0.2 TB/s at 1 MB (launch-bound, 5.3 us per copy),

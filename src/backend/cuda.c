@@ -662,14 +662,15 @@ static gm_status cuda_stream_wait_event(gm_backend *b, gm_stream s, gm_event ev)
     return r == CUDA_SUCCESS ? GM_OK : cuda_failed(r, "cuStreamWaitEvent");
 }
 
-/* gm_call has no kind for a stream synchronization, so this call is not counted. */
 static gm_status cuda_stream_sync(gm_backend *b, gm_stream s)
 {
     bool pushed;
     gm_status st = ctx_enter(cuda_of(b)->ctx, &pushed);
     if (st != GM_OK)
         return st;
+    uint64_t t0 = now_ns();
     CUresult r = drv.cuStreamSynchronize(stream_of(s));
+    charge_since(b, GM_CALL_STREAM_SYNC, t0);
     ctx_leave(pushed);
     return r == CUDA_SUCCESS ? GM_OK : cuda_failed(r, "cuStreamSynchronize");
 }

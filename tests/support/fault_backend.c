@@ -205,7 +205,7 @@ static gm_status fault_stream_sync(gm_backend *b, gm_stream s)
 {
     fault_backend *f = fault_of(b);
     STRIKE(f, FAULT_STREAM_SYNC);
-    return f->inner->ops->stream_sync(f->inner, s);
+    FORWARD(f, GM_CALL_STREAM_SYNC, stream_sync(f->inner, s));
 }
 
 static gm_status fault_mem_info(gm_backend *b, size_t *free_bytes, size_t *total_bytes)

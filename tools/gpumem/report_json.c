@@ -93,7 +93,15 @@ void report_json_fields(jw *w, const trace *t, const replay_result *r)
     for (int k = 0; k < GM_CALL_KINDS; k++)
         jw_u64(w, gm_call_str((gm_call)k), fin->device_calls[k]);
     jw_end_object(w);
+    jw_begin_object(w, "device_call_ns");
+    for (int k = 0; k < GM_CALL_KINDS; k++)
+        jw_u64(w, gm_call_str((gm_call)k), fin->device_call_ns[k]);
+    jw_end_object(w);
     jw_u64(w, "device_time_ns", fin->device_time_ns);
+    jw_u64(w, "vmm_runs_recycled", fin->vmm_runs_recycled);
+    jw_u64(w, "vmm_runs_recycled_across", fin->vmm_runs_recycled_across);
+    jw_u64(w, "vmm_alias_pages", fin->vmm_alias_pages);
+    jw_u64(w, "vmm_waits_avoided", fin->vmm_waits_avoided);
     jw_u64(w, "host_ns", r->host_ns);
     jw_double(w, "ns_per_op", r->ns_per_op);
     jw_double(w, "ns_per_op_min", r->ns_per_op_min);
