@@ -680,16 +680,21 @@ void unreleased_retry_locked(gm_pool *pool)
     pool->unreleased_count = kept;
 }
 
-bool vmm_pages_wait_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size)
+static bool pages_retiring(const gm_arena *a, uintptr_t addr, size_t size)
 {
-    if (!a->retiring_pages)
-        return false;
-    (void)vmm_aliases_reap_locked(pool, false);
     size_t last = vmm_page_of(a, addr + size - 1);
     for (size_t p = vmm_page_of(a, addr); p <= last && a->retiring_pages; p++)
         if (a->pages[p].retiring)
             return true;
     return false;
+}
+
+bool vmm_pages_wait_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size)
+{
+    if (!a->retiring_pages || !pages_retiring(a, addr, size))
+        return false; /* no query asked */
+    (void)vmm_aliases_reap_locked(pool, false);
+    return pages_retiring(a, addr, size);
 }
 
 uintptr_t vmm_fresh_addr(const gm_arena *a, const gm_span *s)
