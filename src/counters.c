@@ -32,11 +32,17 @@ void device_call_begin(gm_pool *pool)
 
 gm_status device_call_end(gm_pool *pool, gm_call kind, gm_status st)
 {
-    uint64_t ns = pool->backend->ops->clock_ns(pool->backend) - pool->call_t0;
     pool->device_calls[kind]++;
-    pool->device_call_ns[kind] += ns;
-    pool->device_time_ns += ns;
+    pool->device_call_ns[kind] += pool->backend->ops->clock_ns(pool->backend) - pool->call_t0;
     return st;
+}
+
+uint64_t pool_device_time_ns(const gm_pool *pool)
+{
+    uint64_t ns = 0;
+    for (int k = 0; k < GM_CALL_KINDS; k++)
+        ns += pool->device_call_ns[k];
+    return ns;
 }
 
 void pool_totals_locked(gm_pool *pool, pool_totals *out)

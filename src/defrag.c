@@ -267,10 +267,10 @@ static bool move_block_locked(gm_pool *pool, gm_arena *a, gm_block *c, gm_block 
         if (c->extra_streams[i] != r->stream &&
             order_after_locked(pool, r->stream, c->extra_streams[i]) != GM_OK)
             return move_unordered_locked(pool, c, nb, r, c->extra_streams[i], "before");
-    uint64_t t0 = pool->device_time_ns;
+    uint64_t t0 = pool_device_time_ns(pool);
     gm_status st = DEVICE_CALL(pool, GM_CALL_COPY,
                                be->ops->copy(be, nb->addr, c->addr, c->requested, r->stream));
-    r->res.copy_time_ns += pool->device_time_ns - t0;
+    r->res.copy_time_ns += pool_device_time_ns(pool) - t0;
     if (st != GM_OK) {
         block_release_locked(pool, nb);
         r->st = pool_fail_locked(pool, GM_ERR_BACKEND,

@@ -25,17 +25,12 @@ gm_status pool_event_get_locked(gm_pool *pool, gm_event *out)
 
 void pool_event_put_locked(gm_pool *pool, gm_event ev)
 {
-    if (pool->event_count == pool->event_cap) {
-        size_t cap = pool->event_cap ? pool->event_cap * 2 : 16;
-        gm_event *events = gm_host_realloc(pool->events, cap * sizeof *events);
-        if (!events) {
-            gm_backend *be = pool->backend;
-            if (DEVICE_CALL(pool, GM_CALL_EVENT_DESTROY, be->ops->event_destroy(be, ev)) != GM_OK)
-                pool->events_lost++; /* left to the device; destruction reports it */
-            return;
-        }
-        pool->events = events;
-        pool->event_cap = cap;
+    if (!gm_host_grow((void **)&pool->events, &pool->event_cap, pool->event_count + 1,
+                      sizeof *pool->events, 16)) {
+        gm_backend *be = pool->backend;
+        if (DEVICE_CALL(pool, GM_CALL_EVENT_DESTROY, be->ops->event_destroy(be, ev)) != GM_OK)
+            pool->events_lost++; /* left to the device; destruction reports it */
+        return;
     }
     pool->events[pool->event_count++] = ev;
 }
@@ -43,16 +38,11 @@ void pool_event_put_locked(gm_pool *pool, gm_event ev)
 /* note_stream_for_sync's slow path: a stream not listed yet. */
 GM_COLD void add_stream_for_sync(gm_pool *pool, gm_stream s)
 {
-    if (pool->synced_count == pool->synced_cap) {
-        size_t cap = pool->synced_cap ? pool->synced_cap * 2 : 8;
-        gm_stream *v = gm_host_realloc(pool->synced_streams, cap * sizeof *v);
-        if (!v) { /* cannot remember it: wait for it now */
-            if (pool_stream_sync(pool, s) != GM_OK)
-                pool->unsynced_unlisted++; /* nor wait: see sync_streams_locked */
-            return;
-        }
-        pool->synced_streams = v;
-        pool->synced_cap = cap;
+    if (!gm_host_grow((void **)&pool->synced_streams, &pool->synced_cap, pool->synced_count + 1,
+                      sizeof *pool->synced_streams, 8)) { /* cannot remember it: wait for it now */
+        if (pool_stream_sync(pool, s) != GM_OK)
+            pool->unsynced_unlisted++; /* nor wait: see sync_streams_locked */
+        return;
     }
     pool->synced_streams[pool->synced_count++] = s;
 }

@@ -57,5 +57,23 @@ static inline void *gm_host_aligned_alloc(size_t align, size_t size)
 {
     return gm_host_fault_now() ? NULL : aligned_alloc(align, size);
 }
+/* Make array *arr of elements of `elem` bytes hold at least `need`: its capacity *cap doubles
+ * (from first_cap when it has none). False, with *arr and *cap untouched, when host memory is
+ * exhausted. */
+static inline bool gm_host_grow(void **arr, size_t *cap, size_t need, size_t elem,
+                                size_t first_cap)
+{
+    if (need <= *cap)
+        return true;
+    size_t n = *cap ? *cap : first_cap;
+    while (n < need)
+        n *= 2;
+    void *p = gm_host_realloc(*arr, n * elem);
+    if (!p)
+        return false;
+    *arr = p;
+    *cap = n;
+    return true;
+}
 
 #endif /* GM_HOSTMEM_H */

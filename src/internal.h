@@ -500,7 +500,6 @@ struct gm_pool {
     bool tlsf_only; /* strategy_tlsf_only: gm_alloc routes and grants inline, no calls */
     uint64_t thread_hits_folded; /* fast-path hits of caches that were detached */
     uint64_t device_calls[GM_CALL_KINDS];
-    uint64_t device_time_ns;
     uint64_t device_call_ns[GM_CALL_KINDS];
 
     gm_cache cache;
@@ -558,12 +557,19 @@ void pool_note_reserved_locked(gm_pool *pool, size_t bytes, bool grow);
 /* Device calls: count each and charge its device time to the pool. */
 void device_call_begin(gm_pool *pool);
 gm_status device_call_end(gm_pool *pool, gm_call kind, gm_status st);
+/* Device time charged to the pool's calls so far: device_call_ns summed over the kinds. */
+uint64_t pool_device_time_ns(const gm_pool *pool);
 /* The comma operator sequences the clock read before the call. */
 #define DEVICE_CALL(pool, kind, expr) (device_call_begin(pool), device_call_end((pool), (kind), (expr)))
 /* The host waits for stream s's queued work: counted and timed as GM_CALL_STREAM_SYNC. */
 static inline gm_status pool_stream_sync(gm_pool *pool, gm_stream s)
 {
     return DEVICE_CALL(pool, GM_CALL_STREAM_SYNC, pool->backend->ops->stream_sync(pool->backend, s));
+}
+/* The arena whose pages hold alias al (segment.c). */
+static inline gm_arena *vmm_alias_arena(gm_pool *pool, const vmm_alias *al)
+{
+    return &pool->heaps[al->heap].arenas[al->kind];
 }
 /* The pool's figures with every thread cache's deltas added. */
 typedef struct pool_totals {

@@ -341,11 +341,6 @@ static uintptr_t page_addr(const gm_arena *a, size_t page, size_t gran)
  * waiting for its fence if it must (the rare case that makes the host wait), and so do a
  * handle's release and a range's. */
 
-static gm_arena *alias_arena(gm_pool *pool, const vmm_alias *al)
-{
-    return &pool->heaps[al->heap].arenas[al->kind];
-}
-
 /* Whether the work before alias al's fence has finished; with `wait`, wait for it. A failed
  * query says nothing about the work: only a synchronization of the stream answers then. */
 static bool alias_done(gm_pool *pool, const vmm_alias *al, bool wait)
@@ -363,7 +358,7 @@ static bool alias_done(gm_pool *pool, const vmm_alias *al, bool wait)
 static gm_status alias_unmap(gm_pool *pool, const vmm_alias *al)
 {
     gm_backend *be = pool->backend;
-    gm_arena *a = alias_arena(pool, al);
+    gm_arena *a = vmm_alias_arena(pool, al);
     size_t gran = pool->granularity;
     gm_status st = DEVICE_CALL(pool, GM_CALL_UNMAP,
                                be->ops->unmap(be, page_addr(a, al->first, gran), al->n * gran));
@@ -438,13 +433,19 @@ static bool alias_of_phys(const vmm_alias *al, const void *what)
     return al->phys == *(const gm_phys *)what;
 }
 
+/* Whether a page of [first, last] of arena a is retiring (an old mapping holds it). */
+static bool pages_retiring(const gm_arena *a, size_t first, size_t last)
+{
+    for (size_t p = first; p <= last && a->retiring_pages; p++)
+        if (a->pages[p].retiring)
+            return true;
+    return false;
+}
+
 /* Pages [p, p + n) of arena a are about to be mapped: old mappings still there go first. */
 static gm_status aliases_clear_pages(gm_pool *pool, gm_arena *a, size_t p, size_t n)
 {
-    size_t q = p;
-    while (q < p + n && !a->pages[q].retiring)
-        q++;
-    if (q == p + n)
+    if (!pages_retiring(a, p, p + n - 1))
         return GM_OK;
     page_span ps = arena_pages(pool, a, p, n);
     return aliases_clear(pool, alias_overlaps, &ps);
@@ -651,14 +652,9 @@ static gm_status phys_release(gm_pool *pool, gm_phys phys, size_t bytes)
         pool_note_reserved_locked(pool, bytes, false);
         return GM_OK;
     }
-    if (pool->unreleased_count == pool->unreleased_cap) {
-        size_t cap = pool->unreleased_cap ? pool->unreleased_cap * 2 : 4;
-        unreleased_phys *v = gm_host_realloc(pool->unreleased, cap * sizeof *v);
-        if (!v)
-            return st; /* the handle is lost to the pool; its bytes stay counted */
-        pool->unreleased = v;
-        pool->unreleased_cap = cap;
-    }
+    if (!gm_host_grow((void **)&pool->unreleased, &pool->unreleased_cap,
+                      pool->unreleased_count + 1, sizeof *pool->unreleased, 4))
+        return st; /* the handle is lost to the pool; its bytes stay counted */
     pool->unreleased[pool->unreleased_count++] = (unreleased_phys){phys, bytes};
     pool->unreleased_bytes += bytes;
     return st;
@@ -680,21 +676,13 @@ void unreleased_retry_locked(gm_pool *pool)
     pool->unreleased_count = kept;
 }
 
-static bool pages_retiring(const gm_arena *a, uintptr_t addr, size_t size)
-{
-    size_t last = vmm_page_of(a, addr + size - 1);
-    for (size_t p = vmm_page_of(a, addr); p <= last && a->retiring_pages; p++)
-        if (a->pages[p].retiring)
-            return true;
-    return false;
-}
-
 bool vmm_pages_wait_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size)
 {
-    if (!a->retiring_pages || !pages_retiring(a, addr, size))
+    size_t first = vmm_page_of(a, addr), last = vmm_page_of(a, addr + size - 1);
+    if (!a->retiring_pages || !pages_retiring(a, first, last))
         return false; /* no query asked */
     (void)vmm_aliases_reap_locked(pool, false);
-    return pages_retiring(a, addr, size);
+    return pages_retiring(a, first, last);
 }
 
 uintptr_t vmm_fresh_addr(const gm_arena *a, const gm_span *s)
@@ -713,14 +701,9 @@ static gm_status run_detach(gm_pool *pool, gm_arena *from, size_t h, const gm_ar
 {
     gm_backend *be = pool->backend;
     gm_event ev = 0;
-    if (pool->alias_count == pool->alias_cap) {
-        size_t cap = pool->alias_cap ? pool->alias_cap * 2 : 16;
-        vmm_alias *v = gm_host_realloc(pool->aliases, cap * sizeof *v);
-        if (!v)
-            return run_unmap(pool, from, h, phys);
-        pool->aliases = v;
-        pool->alias_cap = cap;
-    }
+    if (!gm_host_grow((void **)&pool->aliases, &pool->alias_cap, pool->alias_count + 1,
+                      sizeof *pool->aliases, 16))
+        return run_unmap(pool, from, h, phys);
     gm_stream s = from->heap->stream;
     gm_status st = pool_event_get_locked(pool, &ev);
     if (st == GM_OK)

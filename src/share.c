@@ -217,15 +217,10 @@ static gm_status export_locked(gm_pool *pool, gm_block *b, gm_ipc_handle *out)
         return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT, "gm_ipc_export: %p is a movable "
                                 "block (compaction may move it): export gm_alloc blocks",
                                 (void *)b->addr);
-    if (pool->export_count == pool->export_cap) {
-        size_t cap = pool->export_cap ? pool->export_cap * 2 : 8;
-        ipc_export *v = gm_host_realloc(pool->exports, cap * sizeof *v);
-        if (!v)
-            return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_ipc_export: host memory "
-                                    "exhausted");
-        pool->exports = v;
-        pool->export_cap = cap;
-    }
+    if (!gm_host_grow((void **)&pool->exports, &pool->export_cap, pool->export_count + 1,
+                      sizeof *pool->exports, 8))
+        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_ipc_export: host memory "
+                                "exhausted");
     gm_backend *be = pool->backend;
     uintptr_t base = 0;
     size_t size = 0;

@@ -35,7 +35,7 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
     out->free_count = t.free_count;
     out->oom_count = pool->oom_count;
     memcpy(out->device_calls, pool->device_calls, sizeof out->device_calls);
-    out->device_time_ns = pool->device_time_ns;
+    out->device_time_ns = pool_device_time_ns(pool);
     memcpy(out->device_call_ns, pool->device_call_ns, sizeof out->device_call_ns);
     out->internal_frag_bytes = t.allocated_bytes - t.live_bytes;
     free_summary fs;
@@ -264,7 +264,7 @@ static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *u
     size_t mapped = 0, idle = 0, ungranted = 0, retiring = 0, aliased = 0;
     for (size_t i = 0; i < pool->alias_count; i++) {
         const vmm_alias *al = &pool->aliases[i];
-        if (&pool->heaps[al->heap].arenas[al->kind] != a)
+        if (vmm_alias_arena(pool, al) != a)
             continue;
         for (size_t p = al->first; p < (size_t)al->first + al->n; p++)
             if (p >= a->page_count || !a->pages[p].retiring)

@@ -204,20 +204,10 @@ static bool round_up(size_t x, size_t a, size_t *out)
     return true;
 }
 
-/* Make room for `need` elements of `elem` bytes in *arr. */
+/* Make room for `need` elements of `elem` bytes in *arr (gm_host_grow, from 16). */
 static bool grow_array(void **arr, size_t *cap, size_t need, size_t elem)
 {
-    if (need <= *cap)
-        return true;
-    size_t n = *cap ? *cap : 16;
-    while (n < need)
-        n *= 2;
-    void *p = gm_host_realloc(*arr, n * elem);
-    if (!p)
-        return false;
-    *arr = p;
-    *cap = n;
-    return true;
+    return gm_host_grow(arr, cap, need, elem, 16);
 }
 
 static sim *sim_of(gm_backend *b)
