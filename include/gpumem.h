@@ -349,6 +349,10 @@ typedef struct gm_config {
     int vmm_mapped_first;     /* nonzero: a block goes on free pages that are mapped already
                                  when a free block holds such a stretch it fits (fewer device
                                  calls; tlsf only; docs/architecture.md, "VMM pages") */
+    int vmm_unmap_thread;     /* nonzero: the old mappings of recycled runs are unmapped by a
+                                 helper thread of the pool, off the allocating threads (each
+                                 unmap is 20-40 us of host time on an H200); docs/architecture.md,
+                                 "The unmapping thread" */
 
     /* Cache of freed blocks (docs/cache.md). */
     int cache_disable;               /* nonzero: freed blocks go straight back to the strategy
@@ -687,6 +691,8 @@ typedef struct gm_stats {
     size_t vmm_alias_pages;      /* VMM: pages of recycled runs still mapped at their old place
                                     as well, until the work queued there before the move has
                                     finished (no wait; docs/segments.md, "Recycling") */
+    uint64_t vmm_unmaps_async;   /* VMM: of those old mappings, the ones the unmapping thread
+                                    unmapped (gm_config.vmm_unmap_thread) */
 
     /* Sharing with other devices and processes (docs/multi-gpu.md). */
     int device;                  /* ordinal of the pool's device */
@@ -710,6 +716,17 @@ GM_API gm_status gm_pool_reset_peaks(gm_pool *pool);
  * are never touched. Fails: GM_ERR_INVALID_ARGUMENT (pool NULL, fraction outside [0, 1]), the
  * cap unchanged. Thread-safe. */
 GM_API gm_status gm_pool_set_reserve_limit(gm_pool *pool, size_t bytes, double fraction);
+
+/* Pause and resume the device calls that pools make from their own helper threads
+ * (gm_config.vmm_unmap_thread: fence queries and unmaps of old mappings), in every pool of the
+ * process. A CUDA graph captured in the global capture mode is invalidated by such calls from
+ * any thread, so a program opens a pause before it begins a capture and closes it after the
+ * capture ends (the PyTorch backend does so around each routing to a graph's private pool).
+ * gm_background_pause returns once no helper is inside a device call; pauses nest, and the
+ * helpers go on when the last is resumed. Calls the program makes through gm_* itself are not
+ * affected (they run on its thread, under its capture mode). Thread-safe. */
+GM_API void gm_background_pause(void);
+GM_API void gm_background_resume(void);
 
 /* A sink for text output; returns 0 on success, nonzero to stop the producer. */
 typedef int (*gm_write_fn)(void *user, const char *data, size_t len);

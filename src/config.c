@@ -96,6 +96,8 @@ typedef enum key_type {
       "VMM: most pages one device call creates and maps (1-16); 1 = page by page, tightest")   \
     X("vmm_mapped_first", K_BOOL, vmm_mapped_first, "false",                                    \
       "VMM: place a block on free pages already mapped first (fewer device calls; tlsf)")       \
+    X("vmm_unmap_thread", K_BOOL, vmm_unmap_thread, "false",                                    \
+      "VMM: a helper thread unmaps recycled runs' old mappings, off the allocating threads")   \
     X("cache_disable", K_BOOL, cache_disable, "false",                                          \
       "freed blocks go straight back to the strategy (no cache)")                               \
     X("cache_small_max", K_SIZE, cache_small_max, "1MiB",                                       \

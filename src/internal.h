@@ -176,7 +176,25 @@ typedef struct vmm_alias {
     gm_phys phys;
     gm_stream stream;
     gm_event fence;
+    uintptr_t addr; /* the old mapping: [addr, addr + size) */
+    size_t size;
 } vmm_alias;
+
+/* The unmapping thread (unmapper.c). `state` says where `cur` is: UNMAP_IDLE (no alias),
+ * UNMAP_BUSY (the thread is unmapping it, outside the pool lock), UNMAP_DONE / UNMAP_FAILED
+ * (the device call returned; settled under the pool lock by whoever comes first). mu and cv
+ * carry its wake-ups: `kick` (new old mappings) and `stop`. */
+enum { UNMAP_IDLE, UNMAP_BUSY, UNMAP_DONE, UNMAP_FAILED };
+typedef struct unmapper {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool started, start_failed, kick, stop;
+    _Atomic int state;
+    vmm_alias cur;
+    uint64_t cur_ns; /* the device call's time, charged when settled */
+    uint64_t unmapped; /* gm_stats.vmm_unmaps_async */
+} unmapper;
 
 /* A physical handle whose release failed: it stays reserved until a retry succeeds. */
 typedef struct unreleased_phys {
@@ -528,6 +546,9 @@ struct gm_pool {
     /* Old mappings of recycled runs not unmapped yet, oldest first (segment.c, "aliases"). */
     vmm_alias *aliases;
     size_t alias_count, alias_cap;
+    /* gm_config.vmm_unmap_thread (unmapper.c): the helper thread, and the one old mapping it is
+     * unmapping outside the pool lock (out of `aliases` meanwhile; its pages stay retiring). */
+    unmapper unmap;
     gm_relocate_fn relocate_fn;
     void *relocate_user;
     uint64_t cross_stream_reuses;
@@ -798,6 +819,25 @@ void unreleased_retry_locked(gm_pool *pool);
  * `wait` up to the first still running (no wait), with it all of them (waiting for their
  * streams). Returns the first failure; what failed stays for a later call. */
 gm_status vmm_aliases_reap_locked(gm_pool *pool, bool wait);
+/* unmapper.c: whether the work before alias al's fence has finished (`wait`: wait for it; a
+ * failed query says nothing about the work, so a synchronization of its stream answers then);
+ * the bookkeeping once its pages are unmapped (no longer retiring, the fence back).
+ * The unmapping thread (gm_config.vmm_unmap_thread). kick: new old mappings wait
+ * (starts the thread at the first; false when it cannot run: the caller reaps inline). settle:
+ * account for the mapping the thread unmapped, or with `wait` first wait while it is at it (one
+ * device call), so that every alias is in pool->aliases again or gone. stop: end the thread,
+ * before the pool is torn down (the pool lock not held). */
+bool vmm_alias_done_locked(gm_pool *pool, const vmm_alias *al, bool wait);
+void vmm_alias_unmapped_locked(gm_pool *pool, const vmm_alias *al);
+bool unmapper_kick_locked(gm_pool *pool);
+void unmapper_settle_locked(gm_pool *pool, bool wait);
+void unmapper_stop(gm_pool *pool);
+/* Whether an old mapping is outstanding, in the list or with the unmapping thread. */
+static inline bool vmm_aliases_any(const gm_pool *pool)
+{
+    return pool->alias_count || atomic_load_explicit(&pool->unmap.state, memory_order_acquire) !=
+                                    UNMAP_IDLE;
+}
 /* Whether mapping [addr, addr + size) of VMM arena a would first have to wait for the device:
  * an old mapping whose work has not finished still holds some of its pages. */
 bool vmm_pages_wait_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);

@@ -186,6 +186,7 @@ static uint64_t pool_teardown(gm_pool *pool)
     uint64_t lost = 0;
     tracing_close(pool->trace); /* the trace's last lines, before anything is released */
     tcache_detach_all(pool);
+    unmapper_stop(pool); /* before the lock: the thread may be waiting for it */
     gm_mutex_lock(&pool->lock);
     share_fini(pool); /* exports end with the pool: their memory goes back below */
     pool->cache.enabled = false; /* retired blocks go straight back from here on */
@@ -203,7 +204,7 @@ static uint64_t pool_teardown(gm_pool *pool)
         flags_drop(b, BLOCK_PENDING | BLOCK_TO_STRATEGY | BLOCK_WITHHELD);
         block_release_locked(pool, b);
     }
-    if (pool->alias_count && vmm_aliases_reap_locked(pool, true) != GM_OK)
+    if (vmm_aliases_any(pool) && vmm_aliases_reap_locked(pool, true) != GM_OK)
         lost += pool->alias_count; /* old mappings of moved runs the device would not end */
     for (int k = 0; k < LIVE_SHARDS; k++) { /* force: live blocks are dropped */
         block_map *m = &pool->shards[k].map;

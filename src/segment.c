@@ -341,52 +341,37 @@ static uintptr_t page_addr(const gm_arena *a, size_t page, size_t gran)
  * waiting for its fence if it must (the rare case that makes the host wait), and so do a
  * handle's release and a range's. */
 
-/* Whether the work before alias al's fence has finished; with `wait`, wait for it. A failed
- * query says nothing about the work: only a synchronization of the stream answers then. */
-static bool alias_done(gm_pool *pool, const vmm_alias *al, bool wait)
-{
-    gm_backend *be = pool->backend;
-    gm_status q = DEVICE_CALL(pool, GM_CALL_EVENT_QUERY, be->ops->event_query(be, al->fence));
-    if (q == GM_OK)
-        return true;
-    if (q == GM_ERR_NOT_READY && !wait)
-        return false;
-    return pool_stream_sync(pool, al->stream) == GM_OK;
-}
-
 /* Unmap alias al's pages (its work has finished) and give its fence back. */
 static gm_status alias_unmap(gm_pool *pool, const vmm_alias *al)
 {
     gm_backend *be = pool->backend;
-    gm_arena *a = vmm_alias_arena(pool, al);
-    size_t gran = pool->granularity;
-    gm_status st = DEVICE_CALL(pool, GM_CALL_UNMAP,
-                               be->ops->unmap(be, page_addr(a, al->first, gran), al->n * gran));
-    if (st != GM_OK)
-        return st;
-    for (size_t p = al->first; p < al->first + al->n; p++)
-        a->pages[p].retiring = false;
-    a->retiring_pages -= al->n;
-    pool_event_put_locked(pool, al->fence);
-    return GM_OK;
+    gm_status st = DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, al->addr, al->size));
+    if (st == GM_OK)
+        vmm_alias_unmapped_locked(pool, al);
+    return st;
 }
 
-/* Unmap the aliases that `pick` selects (all when NULL), waiting for their work; the rest keep
- * their order. */
+/* Unmap the aliases that `pick` selects (all when NULL) whose work has finished, with `wait`
+ * waiting for it; the rest keep their order. The one the unmapping thread may be at is settled
+ * first (waited for with `wait`). */
 typedef bool (*alias_pick)(const vmm_alias *al, const void *what);
 
-static gm_status aliases_clear(gm_pool *pool, alias_pick pick, const void *what)
+static gm_status aliases_clear(gm_pool *pool, alias_pick pick, const void *what, bool wait)
 {
+    unmapper_settle_locked(pool, wait);
     gm_status first = GM_OK;
     size_t kept = 0;
     for (size_t i = 0; i < pool->alias_count; i++) {
         vmm_alias al = pool->aliases[i];
         if (!pick || pick(&al, what)) {
-            gm_status st = alias_done(pool, &al, true) ? alias_unmap(pool, &al)
-                                                        : GM_ERR_BACKEND;
+            gm_status st = GM_ERR_NOT_READY;
+            if (vmm_alias_done_locked(pool, &al, wait))
+                st = alias_unmap(pool, &al);
+            else if (wait)
+                st = GM_ERR_BACKEND;
             if (st == GM_OK)
                 continue;
-            if (first == GM_OK)
+            if (first == GM_OK && st != GM_ERR_NOT_READY)
                 first = st;
         }
         pool->aliases[kept++] = al;
@@ -398,10 +383,14 @@ static gm_status aliases_clear(gm_pool *pool, alias_pick pick, const void *what)
 gm_status vmm_aliases_reap_locked(gm_pool *pool, bool wait)
 {
     if (wait)
-        return aliases_clear(pool, NULL, NULL);
+        return aliases_clear(pool, NULL, NULL, true);
+    if (pool->unmap.started) { /* the unmapping thread reaps them */
+        unmapper_settle_locked(pool, false);
+        return GM_OK;
+    }
     size_t i = 0;
     gm_status st = GM_OK;
-    while (i < pool->alias_count && alias_done(pool, &pool->aliases[i], false) &&
+    while (i < pool->alias_count && vmm_alias_done_locked(pool, &pool->aliases[i], false) &&
            (st = alias_unmap(pool, &pool->aliases[i])) == GM_OK)
         i++;
     memmove(pool->aliases, &pool->aliases[i], (pool->alias_count - i) * sizeof pool->aliases[0]);
@@ -448,14 +437,14 @@ static gm_status aliases_clear_pages(gm_pool *pool, gm_arena *a, size_t p, size_
     if (!pages_retiring(a, p, p + n - 1))
         return GM_OK;
     page_span ps = arena_pages(pool, a, p, n);
-    return aliases_clear(pool, alias_overlaps, &ps);
+    return aliases_clear(pool, alias_overlaps, &ps, true);
 }
 
 void vmm_release_ranges_locked(gm_pool *pool, gm_arena *a)
 {
     if (a->retiring_pages) {
         page_span all = arena_pages(pool, a, 0, SIZE_MAX);
-        (void)aliases_clear(pool, alias_overlaps, &all);
+        (void)aliases_clear(pool, alias_overlaps, &all, true);
     }
     if (!a->pages || a->mapped_pages || a->retiring_pages)
         return;
@@ -645,8 +634,8 @@ static gm_status run_unmap(gm_pool *pool, gm_arena *a, size_t h, gm_phys *phys)
 static gm_status phys_release(gm_pool *pool, gm_phys phys, size_t bytes)
 {
     gm_backend *be = pool->backend;
-    if (pool->alias_count) /* its old mappings first, so that the bytes really go */
-        (void)aliases_clear(pool, alias_of_phys, &phys);
+    if (vmm_aliases_any(pool)) /* its old mappings first, so that the bytes really go */
+        (void)aliases_clear(pool, alias_of_phys, &phys, true);
     gm_status st = DEVICE_CALL(pool, GM_CALL_PHYS_RELEASE, be->ops->phys_release(be, phys));
     if (st == GM_OK) {
         pool_note_reserved_locked(pool, bytes, false);
@@ -682,6 +671,11 @@ bool vmm_pages_wait_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t si
     if (!a->retiring_pages || !pages_retiring(a, first, last))
         return false; /* no query asked */
     (void)vmm_aliases_reap_locked(pool, false);
+    if (pool->unmap.started && pages_retiring(a, first, last)) {
+        /* the thread reaps the rest; these are wanted now: unmapped here if their work ended */
+        page_span ps = arena_pages(pool, a, first, last - first + 1);
+        (void)aliases_clear(pool, alias_overlaps, &ps, false);
+    }
     return pages_retiring(a, first, last);
 }
 
@@ -716,14 +710,17 @@ static gm_status run_detach(gm_pool *pool, gm_arena *from, size_t h, const gm_ar
             pool_event_put_locked(pool, ev);
         return run_unmap(pool, from, h, phys);
     }
-    size_t n = from->pages[h].run_len;
+    size_t n = from->pages[h].run_len, gran = pool->granularity;
     pool->aliases[pool->alias_count++] = (vmm_alias){
         .heap = (uint32_t)(from->heap - pool->heaps), .first = (uint32_t)h, .n = (uint32_t)n,
-        .kind = from->kind, .phys = from->pages[h].phys, .stream = s, .fence = ev};
+        .kind = from->kind, .phys = from->pages[h].phys, .stream = s, .fence = ev,
+        .addr = page_addr(from, h, gran), .size = n * gran};
     run_forget(from, h, phys);
     for (size_t p = h; p < h + n; p++)
         from->pages[p].retiring = true;
     from->retiring_pages += n;
+    if (pool->cfg.vmm_unmap_thread)
+        (void)unmapper_kick_locked(pool); /* not running: run_recycle reaps inline */
     return GM_OK;
 }
 
@@ -750,7 +747,7 @@ static size_t idle_run_find(const gm_arena *a, size_t max_pages)
 static gm_status run_recycle(gm_pool *pool, gm_arena *a, size_t p, size_t max_pages,
                              size_t *moved)
 {
-    if (pool->alias_count) /* old mappings whose work has finished: unmapped now, no wait */
+    if (vmm_aliases_any(pool)) /* old mappings whose work has finished: unmapped, no wait */
         (void)vmm_aliases_reap_locked(pool, false);
     gm_arena *from = a;
     size_t h = a->idle_pages ? idle_run_find(a, max_pages) : PAGE_NONE;

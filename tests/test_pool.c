@@ -5,6 +5,8 @@
  */
 #include "sim_setup.h"
 
+#include <time.h>
+
 static const size_t KiB = (size_t)1 << 10;
 static const size_t MiB = (size_t)1 << 20;
 static const size_t GiB = (size_t)1 << 30;
@@ -474,22 +476,34 @@ static void test_vmm_recycle_across(void)
  * no wait; while it runs, the block goes above every page ever mapped if the range has room
  * there (`room`: no wait either), else the old mappings are unmapped after waiting for the
  * stream (the one case that waits). */
+/* A VMM pool (runs of one page, no cache) on a sim with manual streams where a's two runs moved
+ * under c while a kernel using a still runs: a freed, b and c live. */
+static gm_pool *pool_with_aliases(gm_backend **be, size_t vmm_reserve, int unmap_thread,
+                                  void **a, void **b, void **c)
+{
+    *be = sim_new(256 * MiB, 0, 1); /* manual streams: kernels run until completed */
+    gm_config cfg = {0};
+    cfg.segments = GM_SEGMENTS_VMM;
+    cfg.vmm_reserve_bytes = vmm_reserve;
+    cfg.vmm_run_pages = 1;
+    cfg.cache_disable = 1;
+    cfg.vmm_unmap_thread = unmap_thread;
+    gm_pool *p = pool_new(*be, &cfg);
+    CHECK_OK(gm_alloc(p, 4 * MiB, NULL, a)); /* pages 0-1 */
+    CHECK_OK(gm_alloc(p, 2 * MiB, NULL, b)); /* 2 */
+    CHECK_OK(gm_sim_launch(*be, NULL));      /* a kernel using a, still running */
+    CHECK_OK(gm_free(p, *a, NULL));
+    CHECK_OK(gm_alloc(p, 8 * MiB, NULL, c)); /* pages 3-6: a's two runs moved, two new */
+    return p;
+}
+
 static void test_vmm_recycle_aliases(int done_first, int room)
 {
     printf("recycle aliases, kernel done first: %d, room above: %d\n", done_first, room);
-    gm_backend *be = sim_new(256 * MiB, 0, 1); /* manual streams: kernels run until completed */
-    gm_config cfg = {0};
-    cfg.segments = GM_SEGMENTS_VMM;
-    cfg.vmm_reserve_bytes = room ? 256 * MiB : 16 * MiB; /* 16: 2 MiB above c, d needs 4 */
-    cfg.vmm_run_pages = 1;
-    cfg.cache_disable = 1;
-    gm_pool *p = pool_new(be, &cfg);
+    gm_backend *be;
     void *a, *b, *c, *d;
-    CHECK_OK(gm_alloc(p, 4 * MiB, NULL, &a)); /* pages 0-1 */
-    CHECK_OK(gm_alloc(p, 2 * MiB, NULL, &b)); /* 2 */
-    CHECK_OK(gm_sim_launch(be, NULL));        /* a kernel using a, still running */
-    CHECK_OK(gm_free(p, a, NULL));
-    CHECK_OK(gm_alloc(p, 8 * MiB, NULL, &c)); /* pages 3-6: a's two runs moved, two new */
+    /* vmm_reserve 16 MiB: 2 MiB above c, d needs 4 */
+    gm_pool *p = pool_with_aliases(&be, room ? 256 * MiB : 16 * MiB, 0, &a, &b, &c);
     gm_stats st;
     CHECK_OK(gm_pool_stats(p, &st));
     CHECK_EQ_U(st.vmm_runs_recycled, 2);
@@ -520,6 +534,66 @@ static void test_vmm_recycle_aliases(int done_first, int room)
     CHECK_OK(gm_free(p, b, NULL));
     CHECK_OK(gm_free(p, c, NULL));
     CHECK_OK(gm_free(p, d, NULL));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
+/* gm_config.vmm_unmap_thread: the old mappings of moved runs are unmapped by the pool's helper
+ * thread, not by the thread that allocates, and never before the work queued on the old place
+ * is done: with a kernel still running over a's pages, they stay mapped there however long the
+ * thread polls; once the kernel completes, the thread unmaps both (no call of this thread, no
+ * host wait), and a's old addresses take a block again. */
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void test_vmm_unmap_thread(void)
+{
+    gm_backend *be;
+    void *a, *b, *c, *d;
+    gm_pool *p = pool_with_aliases(&be, 256 * MiB, 1, &a, &b, &c);
+    sleep_ms(20); /* the thread polls meanwhile */
+    gm_stats st;
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.vmm_runs_recycled, 2);
+    CHECK_EQ_U(st.vmm_alias_pages, 2);
+    CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP], 0);
+    CHECK_EQ_U(st.vmm_unmaps_async, 0);
+    CHECK_OK(gm_pool_check(p));
+    /* Paused (nested: two pauses, one resume), the thread calls the device for nothing, not even
+     * a fence query, though the kernel has completed; the allocating thread is not paused. */
+    gm_background_pause();
+    gm_background_pause();
+    gm_background_resume();
+    uint64_t queries = st.device_calls[GM_CALL_EVENT_QUERY];
+    CHECK_OK(gm_sim_stream_complete(be, NULL));
+    sleep_ms(20);
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.vmm_alias_pages, 2);
+    CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP], 0);
+    CHECK_EQ_U(st.device_calls[GM_CALL_EVENT_QUERY], queries);
+    gm_background_resume();
+    for (int i = 0; i < 2000 && st.vmm_alias_pages; i++) { /* at most 2 s, not a timing test */
+        sleep_ms(1);
+        CHECK_OK(gm_pool_stats(p, &st));
+    }
+    CHECK_EQ_U(st.vmm_alias_pages, 0);
+    CHECK_EQ_U(st.vmm_unmaps_async, 2);
+    CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP], 2);
+    CHECK_EQ_U(st.device_calls[GM_CALL_STREAM_SYNC], 0);
+    CHECK_GE_U(st.device_call_ns[GM_CALL_UNMAP], 1); /* the thread's calls are charged too */
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_alloc(p, 4 * MiB, NULL, &d)); /* best fit: a's old addresses, no wait */
+    CHECK(d == a);
+    CHECK_OK(gm_pool_stats(p, &st));
+    CHECK_EQ_U(st.vmm_waits_avoided, 0);
+    CHECK_EQ_U(st.device_calls[GM_CALL_STREAM_SYNC], 0);
+    CHECK_OK(gm_free(p, b, NULL));
+    CHECK_OK(gm_free(p, c, NULL));
+    CHECK_OK(gm_free(p, d, NULL));
+    CHECK_OK(gm_pool_check(p));
     CHECK_OK(gm_pool_destroy(p));
     gm_backend_destroy(be);
 }
@@ -841,6 +915,7 @@ int main(void)
         test_vmm_recycle_aliases(0, room);
         test_vmm_recycle_aliases(1, room);
     }
+    test_vmm_unmap_thread();
     test_geometric_growth();
     test_small_arena_doubles();
     test_geometric_growth_near_capacity();

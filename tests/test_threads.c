@@ -10,8 +10,10 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <time.h>
 
 enum { THREADS = 8, OPS = 20000, HELD = 32 };
+static const size_t MiB = (size_t)1 << 20;
 
 typedef struct worker {
     gm_pool *pool;
@@ -124,8 +126,79 @@ static void test_contention_wakes_thread_caches(void)
     gm_backend_destroy(be);
 }
 
+/* The unmapping thread (gm_config.vmm_unmap_thread) unmaps old mappings while this thread
+ * allocates over the same pages: VMM churn (runs of one page, no cache), each live block's
+ * pages stamped in the host-backed sim and checked at its free, gm_pool_check every 64 ops. At
+ * the end every old mapping is gone, the helper thread did unmaps, and no one waited. */
+static void test_unmap_thread_churn(void)
+{
+    gm_sim_config sc = {.capacity = 512 * MiB, .host_backed = 1};
+    gm_backend *be = NULL;
+    REQUIRE_OK(gm_sim_backend_create(&sc, &be));
+    gm_config cfg = {0};
+    cfg.segments = GM_SEGMENTS_VMM;
+    cfg.vmm_run_pages = 1;
+    cfg.cache_disable = 1;
+    cfg.vmm_reserve_bytes = 256 * MiB;
+    cfg.vmm_unmap_thread = 1;
+    gm_pool *p = NULL;
+    REQUIRE_OK(gm_pool_create(be, &cfg, &p));
+    enum { SLOTS = 12, CHURN = 3000 };
+    void *held[SLOTS] = {0};
+    size_t sizes[SLOTS] = {0};
+    uint64_t seed = 20261204, bad = 0;
+    for (int i = 0; i < CHURN; i++) {
+        size_t k = (size_t)(check_rand(&seed) % SLOTS);
+        if (held[k]) {
+            for (size_t off = 0; off < sizes[k]; off += 2 * MiB) {
+                uint64_t *h = NULL;
+                if (gm_sim_host_ptr(be, (char *)held[k] + off, (void **)&h) != GM_OK ||
+                    *h != ((uintptr_t)held[k] ^ off))
+                    bad++;
+            }
+            CHECK_OK(gm_free(p, held[k], NULL));
+            held[k] = NULL;
+        } else {
+            sizes[k] = (size_t)(1 + check_rand(&seed) % 12) * MiB;
+            if (gm_alloc(p, sizes[k], NULL, &held[k]) != GM_OK) {
+                held[k] = NULL;
+                continue;
+            }
+            for (size_t off = 0; off < sizes[k]; off += 2 * MiB) {
+                uint64_t *h = NULL;
+                REQUIRE_OK(gm_sim_host_ptr(be, (char *)held[k] + off, (void **)&h));
+                *h = (uintptr_t)held[k] ^ off;
+            }
+        }
+        if (i % 64 == 0)
+            CHECK_OK(gm_pool_check(p));
+    }
+    CHECK_EQ_U(bad, 0);
+    for (size_t k = 0; k < SLOTS; k++)
+        if (held[k])
+            CHECK_OK(gm_free(p, held[k], NULL));
+    gm_stats st;
+    CHECK_OK(gm_pool_stats(p, &st));
+    for (int i = 0; i < 2000 && st.vmm_alias_pages; i++) { /* at most 2 s, not a timing test */
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+        CHECK_OK(gm_pool_stats(p, &st));
+    }
+    printf("unmap thread: %llu runs moved, %llu old mappings unmapped by the thread, %llu in all\n",
+           (unsigned long long)st.vmm_runs_recycled, (unsigned long long)st.vmm_unmaps_async,
+           (unsigned long long)st.device_calls[GM_CALL_UNMAP]);
+    CHECK_EQ_U(st.vmm_alias_pages, 0);
+    CHECK_GE_U(st.vmm_runs_recycled, 100);
+    CHECK_GE_U(st.vmm_unmaps_async, 1);
+    CHECK_EQ_U(st.device_calls[GM_CALL_STREAM_SYNC], 0);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+}
+
 int main(void)
 {
+    test_unmap_thread_churn();
     test_contention_wakes_thread_caches();
     gm_backend *be = NULL;
     REQUIRE_OK(gm_sim_backend_create(NULL, &be));

@@ -22,6 +22,7 @@
 //    allocator does), and a free that would need events on a capturing stream (a block used by
 //    a capturing stream, other than a private block freed on its own stream) is deferred until
 //    that capture has ended: no event is queried and no stream synchronized during capture.
+//    The pools' helper threads (vmm_unmap_thread) are paused meanwhile (gm_background_pause).
 
 #include <torch/extension.h>
 
@@ -909,6 +910,9 @@ class GmAllocator final : public CCA::CUDAAllocator {
         pp->use_count++;
         D.sessions.push_back(Session{id, std::move(filter)});
         D.n_sessions.store(static_cast<int>(D.sessions.size()));
+        // A capture in the global mode may begin now: no pool's helper thread (vmm_unmap_thread)
+        // may query a fence or unmap until the routing ends.
+        gm_background_pause();
     }
 
     void endAllocateToPool(DeviceIndex dev, MempoolId_t id) override {
@@ -921,6 +925,7 @@ class GmAllocator final : public CCA::CUDAAllocator {
             D.sessions.erase(it);
             D.n_sessions.store(static_cast<int>(D.sessions.size()));
         }
+        gm_background_resume();
         flush_deferred(D);
     }
 
@@ -1200,6 +1205,7 @@ py::dict stats(int dev) {
     GMT_F(internal_frag_bytes); GMT_F(total_free_bytes); GMT_F(largest_free_bytes); GMT_F(frag_rate);
     GMT_F(cached_bytes); GMT_F(cached_blocks); GMT_F(thread_cache_hits); GMT_F(cross_stream_reuses);
     GMT_F(vmm_stitches); GMT_F(vmm_runs_recycled); GMT_F(vmm_runs_recycled_across); GMT_F(vmm_alias_pages); GMT_F(vmm_waits_avoided);
+    GMT_F(vmm_unmaps_async);
     GMT_F(device);
 #undef GMT_F
     py::dict calls, call_ns;

@@ -9,25 +9,26 @@ LIB=${1:?usage: layers.sh LIBGPUMEM.a [NM]}
 NM=${2:-nm}
 # file layer: higher calls lower, never the same or a higher one
 RANKS='
-summary 30
-pool 29
-stats 28
-defrag 27
-alloc 26
-share 25
-oom 24
-arena 23
-tcache 22
-retire 21
-cache 20
-release 19
-growth 18
-strategy 17
-tlsf 16
-buddy 16
-slab 16
-fixed 16
-segment 15
+summary 31
+pool 30
+stats 29
+defrag 28
+alloc 27
+share 26
+oom 25
+arena 24
+tcache 23
+retire 22
+cache 21
+release 20
+growth 19
+strategy 18
+tlsf 17
+buddy 17
+slab 17
+fixed 17
+segment 16
+unmapper 15
 blocks 14
 events 14
 counters 13
