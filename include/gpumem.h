@@ -246,6 +246,8 @@ typedef enum gm_segments {
     GM_SEGMENTS_DEFAULT = 0, /* plain (see docs/benchmarks.md for the measurement) */
     GM_SEGMENTS_PLAIN,       /* one cudaMalloc per segment */
     GM_SEGMENTS_VMM,         /* a reserved virtual range; physical pages mapped on demand */
+    GM_SEGMENTS_AUTO,        /* VMM where the device supports it, plain elsewhere (decided when
+                                the pool is created; gm_pool_stats' `segments_vmm` says which) */
     GM_SEGMENTS_COUNT
 } gm_segments;
 
@@ -649,6 +651,8 @@ typedef struct gm_stats {
     size_t reserved_bytes, peak_reserved_bytes;
     size_t live_blocks;
     size_t segments;                 /* plain segments held; VMM: arenas (virtual ranges) */
+    int segments_vmm;                /* nonzero: the pool's segments are VMM (segments=vmm, or
+                                        auto on a device with VMM support) */
     uint64_t alloc_count, free_count;/* successful calls */
     uint64_t oom_count;              /* allocations that failed with GM_ERR_OUT_OF_MEMORY */
     uint64_t device_calls[GM_CALL_KINDS]; /* device calls this pool made, by kind */

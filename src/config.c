@@ -704,6 +704,8 @@ gm_status config_resolve(const gm_backend *be, const gm_config *in, gm_config *o
         c->strategy = GM_STRATEGY_TLSF;
     if (c->segments == GM_SEGMENTS_DEFAULT)
         c->segments = GM_SEGMENTS_PLAIN;
+    if (c->segments == GM_SEGMENTS_AUTO && be) /* without a device it stays auto */
+        c->segments = be->caps.vmm ? GM_SEGMENTS_VMM : GM_SEGMENTS_PLAIN;
     if (c->release == GM_RELEASE_DEFAULT)
         c->release = GM_RELEASE_BEFORE_GROW;
     if (!c->min_block_bytes)

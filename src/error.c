@@ -44,6 +44,7 @@ static const char *const strategy_names[GM_STRATEGY_COUNT] = {
 };
 static const char *const segments_names[GM_SEGMENTS_COUNT] = {
     [GM_SEGMENTS_DEFAULT] = "default", [GM_SEGMENTS_PLAIN] = "plain", [GM_SEGMENTS_VMM] = "vmm",
+    [GM_SEGMENTS_AUTO] = "auto",
 };
 static const char *const growth_names[GM_GROWTH_COUNT] = {
     [GM_GROWTH_DEFAULT] = "default", [GM_GROWTH_GEOMETRIC] = "geometric",

@@ -31,6 +31,7 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
     out->peak_reserved_bytes = pool->peak_reserved;
     out->live_blocks = t.live_blocks;
     out->segments = pool->segment_count;
+    out->segments_vmm = pool->cfg.segments == GM_SEGMENTS_VMM;
     out->alloc_count = t.alloc_count;
     out->free_count = t.free_count;
     out->oom_count = pool->oom_count;

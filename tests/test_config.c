@@ -427,6 +427,29 @@ static void test_resolve(void)
     gm_pool *pool = NULL;
     CHECK_STATUS(gm_pool_create(novmm, &vmm, &pool), GM_ERR_UNSUPPORTED);
     CHECK_STR_CONTAINS(gm_last_error(NULL), "gm_pool_create: segments=vmm");
+    /* segments=auto: VMM where the device has it, plain where not, undecided without a device */
+    gm_config autoseg = {0};
+    REQUIRE_OK(gm_config_parse(&autoseg, "segments=auto"));
+    CHECK_EQ_U(autoseg.segments, GM_SEGMENTS_AUTO);
+    CHECK_OK(gm_config_resolve(dev, &autoseg, &out));
+    CHECK_EQ_U(out.segments, GM_SEGMENTS_VMM);
+    CHECK_OK(gm_config_resolve(novmm, &autoseg, &out));
+    CHECK_EQ_U(out.segments, GM_SEGMENTS_PLAIN);
+    CHECK_OK(gm_config_resolve(NULL, &autoseg, &out));
+    CHECK_EQ_U(out.segments, GM_SEGMENTS_AUTO);
+    gm_backend *both[2] = {dev, novmm};
+    for (int i = 0; i < 2; i++) {
+        gm_stats st;
+        void *x;
+        REQUIRE_OK(gm_pool_create(both[i], &autoseg, &pool));
+        CHECK_OK(gm_alloc(pool, 3 * MiB, NULL, &x));
+        CHECK_OK(gm_pool_stats(pool, &st));
+        CHECK_EQ_U(st.segments_vmm, i == 0);
+        if (i == 0)
+            CHECK_EQ_U(st.reserved_bytes, 4 * MiB); /* VMM: two 2 MiB pages mapped */
+        CHECK_OK(gm_free(pool, x, NULL));
+        CHECK_OK(gm_pool_destroy(pool));
+    }
     CHECK_STATUS(gm_config_resolve(dev, NULL, NULL), GM_ERR_INVALID_ARGUMENT);
     gm_backend_destroy(novmm);
     gm_backend_destroy(dev);

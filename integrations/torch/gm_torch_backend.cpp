@@ -838,7 +838,16 @@ class GmAllocator final : public CCA::CUDAAllocator {
         }
         info.config_metadata.garbage_collection_threshold = 0;
         info.config_metadata.max_split_size = SIZE_MAX;
-        info.config_metadata.expandable_segments = cfg_.segments == GM_SEGMENTS_VMM;
+        bool vmm = cfg_.segments == GM_SEGMENTS_VMM;
+        for (int d = 0; cfg_.segments == GM_SEGMENTS_AUTO && d < device_count_; d++) {  // as resolved
+            gm_stats s{};
+            gm_pool* p = devices_[static_cast<size_t>(d)]->pool.load(std::memory_order_acquire);
+            if (p && gm_pool_stats(p, &s) == GM_OK) {
+                vmm = s.segments_vmm != 0;
+                break;
+            }
+        }
+        info.config_metadata.expandable_segments = vmm;
         info.config_metadata.last_allocator_settings = "gpumem:" + conf_;
         return info;
     }
@@ -1200,7 +1209,7 @@ py::dict stats(int dev) {
     py::dict d;
 #define GMT_F(name) d[#name] = s.name
     GMT_F(live_bytes); GMT_F(peak_live_bytes); GMT_F(allocated_bytes); GMT_F(peak_allocated_bytes);
-    GMT_F(reserved_bytes); GMT_F(peak_reserved_bytes); GMT_F(live_blocks); GMT_F(segments);
+    GMT_F(reserved_bytes); GMT_F(peak_reserved_bytes); GMT_F(live_blocks); GMT_F(segments); GMT_F(segments_vmm);
     GMT_F(alloc_count); GMT_F(free_count); GMT_F(oom_count); GMT_F(device_time_ns);
     GMT_F(internal_frag_bytes); GMT_F(total_free_bytes); GMT_F(largest_free_bytes); GMT_F(frag_rate);
     GMT_F(cached_bytes); GMT_F(cached_blocks); GMT_F(thread_cache_hits); GMT_F(cross_stream_reuses);

@@ -54,7 +54,7 @@ gzip -c "$good" | "$GPUMEM" replay --json - >"$T/out" 2>"$T/err" && ok || bad "r
 json "$T/out" "d['ops'] == 4 and d['peak_live_bytes'] == 12288"
 
 # --- compare --strategy (as its help offers) and --segments ------------------------------------
-run 0 compare --help; has "$T/out" "--strategy NAME"; has "$T/out" "--segments plain|vmm"
+run 0 compare --help; has "$T/out" "--strategy NAME"; has "$T/out" "--segments plain|vmm|auto"
 run 0 compare --json --strategy buddy "$good"
 json "$T/out" "any(r['config']['strategy'] == 'buddy' and 'release=' in r['label'] for r in d)"
 json "$T/out" "all(r['config']['strategy'] == 'buddy' for r in d if 'release=' in r['label'])"

@@ -31,7 +31,7 @@ static const char COMPARE_USAGE[] =
     "  --backend sim|cuda   device to replay on (default sim)\n"
     "  --strategy NAME      the strategy of the release-policy and design rows (same as\n"
     "                       --set strategy=NAME; the strategy rows try every one)\n"
-    "  --segments plain|vmm only the rows of this segment mode (default: both)\n"
+    "  --segments plain|vmm|auto  only the rows of this segment mode (default: plain and vmm)\n"
     "  --set KEY=VALUE      a setting applied to every configuration (keys below)\n"
     "  --json               print one JSON array: an object per configuration and trace\n"
     "  --strict, --check, --no-progress   as for gpumem replay\n"
