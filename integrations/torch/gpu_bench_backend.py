@@ -6,10 +6,10 @@
         [--fraction 0.03] [--no-maxbatch] [--json OUT]
 
 Three allocators -- PyTorch's default, PyTorch with expandable_segments:True, and gpumem
-(gpumem.torch.enable(), library defaults; also gpumem-vmm = segments=vmm and gpumem-vmm1 =
-segments=vmm,vmm_run_pages=1, gpumem-vmm-grow = segments=vmm,release=on_oom,cache_disable=1
-when named in --allocators) -- on three workloads, each run in its own process,
-interleaved (rep 1: every allocator on every workload, then rep 2, ...):
+(gpumem.torch.enable(): the backend's defaults, gpumem.torch.DEFAULT_CONF; GPUMEM_CONFS below
+names other settings for --allocators, e.g. gpumem-plain = the library's own defaults) -- on
+three workloads, each run in its own process, interleaved (rep r: every workload, each under
+every allocator, the allocators' order rotated by r so that none always runs first):
 
   gpt2     GPT-2 small training (gpt2_train of tools/torch_record_traces.py, as
            gpu_train_check.py trains it: AdamW, bf16 autocast, batch 2-16 x sequence 64-1024),
@@ -36,13 +36,19 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 ALLOCATORS = ["default", "expandable", "gpumem"]
-# gpumem's settings per allocator name (GPUMEM_CONF syntax); None = library defaults
-GPUMEM_CONFS = {"gpumem": None, "gpumem-vmm": "segments=vmm", "gpumem-vmm1": "segments=vmm,vmm_run_pages=1",
+# gpumem's settings per allocator name (GPUMEM_CONF syntax, applied after the backend's
+# DEFAULT_CONF); None = the backend's defaults. LIB puts the library's own defaults back.
+LIB = "segments=plain,cache_disable=0,vmm_mapped_first=0,vmm_unmap_thread=0"
+GPUMEM_CONFS = {"gpumem": None, "gpumem-plain": LIB,
+                "gpumem-vmm": LIB + ",segments=vmm", "gpumem-vmm1": LIB + ",segments=vmm,vmm_run_pages=1",
                 # VMM that never unmaps on the hot path (pages are created and mapped as the pool
                 # grows, idle ones moved only at the reserve limit), without the size cache
-                "gpumem-vmm-grow": "segments=vmm,release=on_oom,cache_disable=1",
+                "gpumem-vmm-grow": LIB + ",segments=vmm,release=on_oom,cache_disable=1",
                 # VMM placing blocks on mapped pages first, without the size cache
-                "gpumem-vmm-mf": "segments=vmm,cache_disable=1,vmm_mapped_first=1"}
+                "gpumem-vmm-mf": LIB + ",segments=vmm,cache_disable=1,vmm_mapped_first=1",
+                # the same, with the old mappings of moved pages unmapped by a helper thread: the
+                # backend's defaults on a device with VMM
+                "gpumem-vmm-mft": "segments=vmm,cache_disable=1,vmm_mapped_first=1,vmm_unmap_thread=1"}
 WORKLOADS = ["gpt2", "dyn", "side"]
 
 
@@ -148,6 +154,7 @@ def worker_run(allocator, name, steps, warmup):
         import gpumem.torch
         st = gpumem.torch.stats()
         res["gm_device_calls"] = {k: v for k, v in st.items() if "call" in k}
+        res["gm_vmm"] = {k: v for k, v in st.items() if k.startswith("vmm_") or k == "segments_vmm"}
     return res
 
 
@@ -206,7 +213,8 @@ def main():
         return {"error": "worker failed", "args": args}
     for r in range(reps):
         for w in workloads:
-            for al in allocators:
+            for i in range(len(allocators)):  # rotated: no allocator always runs first
+                al = allocators[(i + r) % len(allocators)]
                 res = sub([al, w, str(steps), str(warmup)])
                 res["rep"] = r
                 runs.append(res)

@@ -5,9 +5,13 @@ library's C sources (CMakeLists.txt's GM_SOURCES, every file present), read by g
 alone (setup.py reads it there too, so the two builds cannot drift apart). The allocator itself
 is checked on a GPU by gpu_check_backend.py (docs/torch.md).
 
-    python3 test_torch_package.py ROOT
+    python3 test_torch_package.py ROOT [LIBGPUMEM]
+
+With LIBGPUMEM (the build's shared library), the backend's default settings are parsed by
+the library's own gm_config_parse, as the extension parses them.
 """
 
+import ctypes
 import importlib.util
 import os
 import subprocess
@@ -45,6 +49,28 @@ if not have_torch:
         msg = str(e)
         check("PyTorch" in msg and "not installed" in msg, "unclear message: " + msg)
     check(gmt.enabled() is False, "enabled() without the extension")
+
+# The settings enable() runs with: the backend's defaults, then the user's (which win).
+saved = os.environ.pop("GPUMEM_CONF", None)
+check(gmt.effective_conf() == gmt.DEFAULT_CONF, "no settings: %r" % gmt.effective_conf())
+check(gmt.effective_conf(" reserve_limit=1GiB ") == gmt.DEFAULT_CONF + ",reserve_limit=1GiB",
+      "user settings after the defaults: %r" % gmt.effective_conf("reserve_limit=1GiB"))
+os.environ["GPUMEM_CONF"] = "segments=plain"
+check(gmt.effective_conf() == gmt.DEFAULT_CONF + ",segments=plain", "$GPUMEM_CONF not read")
+check(gmt.effective_conf("") == gmt.DEFAULT_CONF, "an explicit empty conf still read $GPUMEM_CONF")
+os.environ.pop("GPUMEM_CONF")
+if saved is not None:
+    os.environ["GPUMEM_CONF"] = saved
+if len(sys.argv) > 2:  # the library parses them (gm_config is plain C: a generous buffer)
+    lib = ctypes.CDLL(sys.argv[2])
+    lib.gm_config_parse.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.gm_config_parse.restype = ctypes.c_int
+    buf = ctypes.create_string_buffer(1 << 16)
+    for text in (gmt.DEFAULT_CONF, gmt.effective_conf(
+            "segments=plain,cache_disable=0,vmm_mapped_first=0,vmm_unmap_thread=0")):
+        check(lib.gm_config_parse(buf, text.encode()) == 0, "gm_config_parse rejects %r" % text)
+    check(lib.gm_config_parse(buf, gmt.effective_conf("segments=sideways").encode()) != 0,
+          "a bad user setting is accepted")
 
 launcher = os.path.join(ROOT, "python", "gpumem", "torch", "__main__.py")
 p = subprocess.run([sys.executable, launcher, "--help"], capture_output=True, text=True)
