@@ -130,6 +130,34 @@ static void test_contention_wakes_thread_caches(void)
  * allocates over the same pages: VMM churn (runs of one page, no cache), each live block's
  * pages stamped in the host-backed sim and checked at its free, gm_pool_check every 64 ops. At
  * the end every old mapping is gone, the helper thread did unmaps, and no one waited. */
+/* Pauses and resumes gm_background_pause while the churn below runs: within a pause the pool's
+ * unmapping thread makes no call, so its count of unmaps grows by one at most (the one it had
+ * finished when the pause began, settled later). */
+typedef struct pauser {
+    gm_pool *pool;
+    _Atomic int stop;
+    unsigned pauses, violations;
+} pauser;
+
+static void *pauser_main(void *arg)
+{
+    pauser *z = arg;
+    struct timespec ts = {0, 300000L};
+    while (!atomic_load(&z->stop)) {
+        gm_stats a, b;
+        gm_background_pause();
+        gm_status s1 = gm_pool_stats(z->pool, &a);
+        nanosleep(&ts, NULL);
+        gm_status s2 = gm_pool_stats(z->pool, &b);
+        gm_background_resume();
+        z->pauses++;
+        if (s1 != GM_OK || s2 != GM_OK || b.vmm_unmaps_async > a.vmm_unmaps_async + 1)
+            z->violations++;
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
 static void test_unmap_thread_churn(void)
 {
     gm_sim_config sc = {.capacity = 512 * MiB, .host_backed = 1};
@@ -143,6 +171,9 @@ static void test_unmap_thread_churn(void)
     cfg.vmm_unmap_thread = 1;
     gm_pool *p = NULL;
     REQUIRE_OK(gm_pool_create(be, &cfg, &p));
+    pauser z = {.pool = p};
+    pthread_t zt;
+    REQUIRE(pthread_create(&zt, NULL, pauser_main, &z) == 0);
     enum { SLOTS = 12, CHURN = 3000 };
     void *held[SLOTS] = {0};
     size_t sizes[SLOTS] = {0};
@@ -174,6 +205,11 @@ static void test_unmap_thread_churn(void)
             CHECK_OK(gm_pool_check(p));
     }
     CHECK_EQ_U(bad, 0);
+    atomic_store(&z.stop, 1);
+    pthread_join(zt, NULL);
+    printf("unmap thread: %u pauses during the churn, %u with unmaps\n", z.pauses, z.violations);
+    CHECK_GE_U(z.pauses, 1);
+    CHECK_EQ_U(z.violations, 0);
     for (size_t k = 0; k < SLOTS; k++)
         if (held[k])
             CHECK_OK(gm_free(p, held[k], NULL));
