@@ -20,7 +20,11 @@ every allocator, the allocators' order rotated by r so that none always runs fir
            host memory and hands over with record_stream (the ResNet prefetch loop)
 
 Per run: median step time after the warm-up, peak reserved (max_memory_reserved) and peak live
-(max_memory_allocated); per workload and allocator the median of the runs' medians, and the
+(max_memory_allocated); for gpumem also its device calls by kind and `gm_call_ms_timed`, the
+device-call time on the allocating threads within the timed steps (host time the launching
+thread spent in the driver for gpumem; each step ends in a synchronization, so the GPU waits
+through such calls made before its work is queued); per workload and allocator the median of
+the runs' medians, and the
 ratio to PyTorch's default. Then the largest batch of `dyn` at its longest sequence that trains
 under set_per_process_memory_fraction(--fraction), by binary search, per allocator.
 The last line is a JSON summary.
@@ -95,9 +99,11 @@ def dyn_step(torch, m, opt, bs, sl):
     return loss
 
 
-def run_workload(torch, name, steps):
+def run_workload(torch, name, steps, probe=None):
+    """Step times (ms) and losses; with `probe`, also its value after each step (outside the
+    timed part)."""
     g = torch.Generator().manual_seed(1)
-    times, losses = [], []
+    times, losses, probes = [], [], []
     if name == "gpt2":
         sys.path.insert(0, HERE)
         from gpu_train_check import gpt2_setup, gpt2_shape, gpt2_step
@@ -139,20 +145,35 @@ def run_workload(torch, name, steps):
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
         losses.append(float(loss.detach().float().item()).hex())
-    return times, losses
+        if probe:
+            probes.append(probe())
+    return times, losses, probes
+
+
+def gm_launching_thread_ns():
+    """gpumem's device-call time so far on the threads that allocate: every call, less the
+    unmaps made by the unmapping thread (their share of the unmap time)."""
+    import gpumem.torch
+    st = gpumem.torch.stats()
+    ns, calls = st["device_call_ns"], st["device_calls"]
+    unmaps = max(calls["unmap"], 1)
+    return sum(ns.values()) - ns["unmap"] * min(st["vmm_unmaps_async"], unmaps) / unmaps
 
 
 def worker_run(allocator, name, steps, warmup):
     torch = start(allocator)
-    times, losses = run_workload(torch, name, steps)
+    gm = allocator in GPUMEM_CONFS
+    times, losses, probes = run_workload(torch, name, steps, gm_launching_thread_ns if gm else None)
     res = {"allocator": allocator, "workload": name, "median_ms": statistics.median(times[warmup:]),
            "sum_ms": sum(times[warmup:]),  # the same shapes for every allocator: the fairer total
            "ms": times, "losses": losses, "peak_reserved": torch.cuda.max_memory_reserved(),
            "peak_live": torch.cuda.max_memory_allocated(),
            "device_allocs": torch.cuda.memory_stats().get("num_device_alloc")}
-    if allocator in GPUMEM_CONFS:  # gpumem's own count of device calls, by kind
+    if gm:  # gpumem's own count of device calls, by kind
         import gpumem.torch
         st = gpumem.torch.stats()
+        # device-call time on the allocating threads within the timed steps after the warm-up
+        res["gm_call_ms_timed"] = (probes[-1] - probes[warmup - 1]) / 1e6 if warmup > 0 else probes[-1] / 1e6
         res["gm_device_calls"] = {k: v for k, v in st.items() if "call" in k}
         res["gm_vmm"] = {k: v for k, v in st.items() if k.startswith("vmm_") or k == "segments_vmm"}
     return res
@@ -187,6 +208,9 @@ def worker_maxbatch(allocator, fraction):
 
 def main():
     a = sys.argv[1:]
+    if "-h" in a or "--help" in a:
+        print(__doc__.strip())
+        return
     if a[:1] == ["--worker"]:
         if a[1] == "maxbatch":
             res = worker_maxbatch(a[2], float(a[3]))
