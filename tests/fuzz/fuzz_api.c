@@ -2,7 +2,7 @@
  * libFuzzer harness: sequences of API operations against a model (issue 19 part 5).
  *
  * The first bytes choose the configuration (strategy, segment mode, release policy, growth,
- * cache and thread cache on or off); the sim device is host-backed with manual streams, 64 KiB
+ * cache and thread cache on or off, mapped-first placement, the unmapping thread); the sim device is host-backed with manual streams, 64 KiB
  * VMM pages and a small virtual range per VMM arena, so that requests often find no free run
  * of addresses and are served by stitching. Then each 4 bytes are one operation: allocate
  * (plain or movable, on one of three streams), free (on its stream or another),
@@ -53,14 +53,16 @@ typedef struct model {
     size_t count, bytes, movable, pinned;
 } model;
 
-static uint64_t inputs, stitched_inputs, moved_inputs;
+static uint64_t inputs, stitched_inputs, moved_inputs, async_inputs;
 
 static void report(void)
 {
     if (getenv("FUZZ_API_STATS"))
-        fprintf(stderr, "fuzz_api: %llu inputs, %llu reached VMM stitching, %llu moved blocks\n",
+        fprintf(stderr,
+                "fuzz_api: %llu inputs, %llu reached VMM stitching, %llu moved blocks, %llu had "
+                "old mappings unmapped by the pool's thread\n",
                 (unsigned long long)inputs, (unsigned long long)stitched_inputs,
-                (unsigned long long)moved_inputs);
+                (unsigned long long)moved_inputs, (unsigned long long)async_inputs);
 }
 
 static unsigned char *host_of(model *m, const void *dev)
@@ -234,6 +236,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.vmm_reserve_bytes = (size_t)(2 + data[2] % 15) * MiB; /* small: stitching is common */
     cfg.initial_reserve_bytes = (data[1] >> 5) & 1 ? (size_t)data[3] * 128 * KiB : 0;
     cfg.vmm_mapped_first = (data[1] >> 6) & 1;
+    cfg.vmm_unmap_thread = (data[1] >> 7) & 1; /* old mappings unmapped by the pool's thread */
 
     model m = {0};
     /* 64 KiB pages: the host-backed sim moves a page's bytes when it is mapped or unmapped */
@@ -282,6 +285,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_OK(gm_pool_stats(m.pool, &s));
     stitched_inputs += s.vmm_stitches > 0;
     moved_inputs += s.defrag_blocks_moved > 0;
+    async_inputs += s.vmm_unmaps_async > 0;
     while (m.count)
         op_free(&m, 0, 0);
     for (int k = 1; k < STREAMS; k++)
