@@ -379,6 +379,13 @@ typedef struct gm_mutex {
 void gm_mutex_wait(gm_mutex *m); /* the contended paths (lock.c) */
 void gm_mutex_wake(gm_mutex *m);
 
+/* The library's helper threads' timed waits (lock.c; the trace writer, the unmapping thread):
+ * a condition variable timed on CLOCK_MONOTONIC, so that a wall-clock jump neither stretches
+ * nor cuts a wait (0 on success, as pthread_cond_init), and a wait on it (m held) of at most
+ * ns nanoseconds. */
+int gm_cond_init_monotonic(pthread_cond_t *c);
+void gm_cond_wait_ns(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ns);
+
 /* Take the lock; true if another thread held it and this one had to wait. */
 static inline bool gm_mutex_lock_waited(gm_mutex *m)
 {
@@ -832,11 +839,18 @@ void vmm_alias_unmapped_locked(gm_pool *pool, const vmm_alias *al);
 bool unmapper_kick_locked(gm_pool *pool);
 void unmapper_settle_locked(gm_pool *pool, bool wait);
 void unmapper_stop(gm_pool *pool);
+/* The old mapping out of pool->aliases with the unmapping thread (being unmapped, or unmapped
+ * and not settled yet), or NULL. */
+static inline const vmm_alias *unmapper_cur(const gm_pool *pool)
+{
+    return atomic_load_explicit(&pool->unmap.state, memory_order_acquire) != UNMAP_IDLE
+               ? &pool->unmap.cur
+               : NULL;
+}
 /* Whether an old mapping is outstanding, in the list or with the unmapping thread. */
 static inline bool vmm_aliases_any(const gm_pool *pool)
 {
-    return pool->alias_count || atomic_load_explicit(&pool->unmap.state, memory_order_acquire) !=
-                                    UNMAP_IDLE;
+    return pool->alias_count || unmapper_cur(pool);
 }
 /* Whether mapping [addr, addr + size) of VMM arena a would first have to wait for the device:
  * an old mapping whose work has not finished still holds some of its pages. */

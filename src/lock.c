@@ -6,8 +6,12 @@
  * "held and waited for" (2) and sleeps on the futex until a holder's unlock, seeing 2, wakes
  * one sleeper. A woken thread takes the lock as 2 again (others may still sleep): at worst one
  * wake-up too many, never a lost one.
+ *
+ * Also the helper threads' timed waits (gm_cond_wait_ns).
  */
 #include "internal.h"
+
+#include <time.h>
 
 #if defined(__linux__)
 #include <linux/futex.h>
@@ -45,4 +49,26 @@ void gm_mutex_wake(gm_mutex *m)
 #else
     (void)m;
 #endif
+}
+
+int gm_cond_init_monotonic(pthread_cond_t *c)
+{
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0)
+        return -1;
+    int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (rc == 0)
+        rc = pthread_cond_init(c, &ca);
+    pthread_condattr_destroy(&ca);
+    return rc;
+}
+
+void gm_cond_wait_ns(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t nsec = (uint64_t)ts.tv_nsec + ns;
+    ts.tv_sec += (time_t)(nsec / 1000000000u);
+    ts.tv_nsec = (long)(nsec % 1000000000u);
+    (void)pthread_cond_timedwait(c, m, &ts);
 }

@@ -63,8 +63,9 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
     out->vmm_alias_pages = 0;
     for (size_t i = 0; i < pool->alias_count; i++)
         out->vmm_alias_pages += pool->aliases[i].n;
-    if (atomic_load_explicit(&pool->unmap.state, memory_order_acquire) != UNMAP_IDLE)
-        out->vmm_alias_pages += pool->unmap.cur.n; /* with the unmapping thread (unmapper.c) */
+    const vmm_alias *cur = unmapper_cur(pool); /* with the unmapping thread (unmapper.c) */
+    if (cur)
+        out->vmm_alias_pages += cur->n;
     out->vmm_unmaps_async = pool->unmap.unmapped;
     share_stats_locked(pool, out);
 }
@@ -266,10 +267,9 @@ static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *u
                              recount *rc)
 {
     size_t mapped = 0, idle = 0, ungranted = 0, retiring = 0, aliased = 0;
-    bool with_thread =
-        atomic_load_explicit(&pool->unmap.state, memory_order_acquire) != UNMAP_IDLE;
-    for (size_t i = 0; i < pool->alias_count + with_thread; i++) {
-        const vmm_alias *al = i < pool->alias_count ? &pool->aliases[i] : &pool->unmap.cur;
+    const vmm_alias *cur = unmapper_cur(pool);
+    for (size_t i = 0; i < pool->alias_count + (cur != NULL); i++) {
+        const vmm_alias *al = i < pool->alias_count ? &pool->aliases[i] : cur;
         if (vmm_alias_arena(pool, al) != a)
             continue;
         for (size_t p = al->first; p < (size_t)al->first + al->n; p++)

@@ -256,14 +256,7 @@ static void *writer_main(void *arg)
     pthread_mutex_lock(&t->lock);
     for (;;) {
         while (!t->pending && !t->stop) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_nsec += quiet < IDLE_TICKS ? TICK_NS : IDLE_TICK_NS;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
-            pthread_cond_timedwait(&t->work, &t->lock, &ts);
+            gm_cond_wait_ns(&t->work, &t->lock, quiet < IDLE_TICKS ? TICK_NS : IDLE_TICK_NS);
             tick(t);
             record *now_at = next_of(t);
             quiet = now_at == seen ? quiet + (quiet < IDLE_TICKS) : 0;
@@ -380,11 +373,7 @@ gm_status tracing_open(const char *path, gm_trace **out, char *why, size_t n)
     prefault(t->text, (size_t)RECORDS * LINE_MAX_BYTES);
     fill_at(t, 0);
     pthread_mutex_init(&t->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the writer's tick */
-    pthread_cond_init(&t->work, &ca);
-    pthread_condattr_destroy(&ca);
+    gm_cond_init_monotonic(&t->work); /* the writer's tick */
     pthread_cond_init(&t->room, NULL);
     if (ends_with(path, ".gz")) {
         t->zlib = dlopen("libz.so.1", RTLD_NOW | RTLD_LOCAL);

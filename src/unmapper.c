@@ -31,7 +31,6 @@
 
 #include <sched.h>
 #include <string.h>
-#include <time.h>
 
 enum { UNMAP_POLL_NS = 200 * 1000, UNMAP_STREAMS = 8 };
 
@@ -176,14 +175,7 @@ static void *unmapper_main(void *arg)
     while (!u->stop) {
         if (!u->kick) {
             if (left) {
-                struct timespec t;
-                clock_gettime(CLOCK_REALTIME, &t);
-                t.tv_nsec += UNMAP_POLL_NS;
-                if (t.tv_nsec >= 1000000000L) {
-                    t.tv_sec++;
-                    t.tv_nsec -= 1000000000L;
-                }
-                (void)pthread_cond_timedwait(&u->cv, &u->mu, &t);
+                gm_cond_wait_ns(&u->cv, &u->mu, UNMAP_POLL_NS);
             } else {
                 pthread_cond_wait(&u->cv, &u->mu);
             }
@@ -203,23 +195,12 @@ bool unmapper_kick_locked(gm_pool *pool)
 {
     unmapper *u = &pool->unmap;
     if (!u->started) {
-        if (u->start_failed)
-            return false;
-        if (pthread_mutex_init(&u->mu, NULL) != 0) {
-            u->start_failed = true;
-            return false;
-        }
-        if (pthread_cond_init(&u->cv, NULL) != 0) {
-            pthread_mutex_destroy(&u->mu);
-            u->start_failed = true;
-            return false;
-        }
-        if (pthread_create(&u->thread, NULL, unmapper_main, pool) != 0) {
-            pthread_cond_destroy(&u->cv);
-            pthread_mutex_destroy(&u->mu);
-            u->start_failed = true;
-            return false;
-        }
+        if (u->start_failed || pthread_mutex_init(&u->mu, NULL) != 0)
+            goto failed;
+        if (gm_cond_init_monotonic(&u->cv) != 0)
+            goto no_cond;
+        if (pthread_create(&u->thread, NULL, unmapper_main, pool) != 0)
+            goto no_thread;
         u->started = true;
     }
     pthread_mutex_lock(&u->mu);
@@ -227,6 +208,13 @@ bool unmapper_kick_locked(gm_pool *pool)
     pthread_cond_signal(&u->cv);
     pthread_mutex_unlock(&u->mu);
     return true;
+no_thread:
+    pthread_cond_destroy(&u->cv);
+no_cond:
+    pthread_mutex_destroy(&u->mu);
+failed:
+    u->start_failed = true; /* segment.c reaps inline from now on */
+    return false;
 }
 
 void unmapper_stop(gm_pool *pool)
