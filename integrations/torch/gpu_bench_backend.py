@@ -3,7 +3,7 @@
 
     python3 integrations/torch/gpu_bench_backend.py [--reps 2] [--steps 14] [--warmup 4]
         [--workloads gpt2,dyn,side] [--allocators default,expandable,gpumem[,gpumem-vmm]]
-        [--fraction 0.03] [--no-maxbatch] [--json OUT]
+        [--fraction 0.03] [--no-maxbatch] [--pin CPUS] [--json OUT]
 
 Three allocators -- PyTorch's default, PyTorch with expandable_segments:True, and gpumem
 (gpumem.torch.enable(): the backend's defaults, gpumem.torch.DEFAULT_CONF; GPUMEM_CONFS below
@@ -24,9 +24,14 @@ Per run: median step time after the warm-up, peak reserved (max_memory_reserved)
 device-call time on the allocating threads within the timed steps (host time the launching
 thread spent in the driver for gpumem; each step ends in a synchronization, so the GPU waits
 through such calls made before its work is queued); per workload and allocator the median of
-the runs' medians, and the
-ratio to PyTorch's default. Then the largest batch of `dyn` at its longest sequence that trains
-under set_per_process_memory_fraction(--fraction), by binary search, per allocator.
+the runs' medians, the ratio to PyTorch's default, and the paired ratio: per repetition, the sum
+of the step times after the warm-up over PyTorch default's in the same repetition (the same
+shapes), and its median over the repetitions (`paired_vs_default`, the figure
+docs/benchmarks.md gives). --pin CPUS
+(e.g. 2-9 or 2,4,6) runs every worker on those CPUs only (os.sched_setaffinity), so that no
+run is faster or slower for landing on another core. Then the largest batch of `dyn` at its
+longest sequence that trains under set_per_process_memory_fraction(--fraction), by binary
+search, per allocator.
 The last line is a JSON summary.
 """
 
@@ -57,6 +62,9 @@ WORKLOADS = ["gpt2", "dyn", "side"]
 
 
 def start(allocator):
+    pin = os.environ.get("GPU_BENCH_PIN")
+    if pin:  # --pin: every worker on the same CPUs
+        os.sched_setaffinity(0, parse_cpus(pin))
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if allocator == "expandable":
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
@@ -78,6 +86,15 @@ def start(allocator):
     if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
         torch.backends.cuda.enable_cudnn_sdp(False)
     return torch
+
+
+def parse_cpus(text):
+    """'2-5,8' -> {2, 3, 4, 5, 8}"""
+    cpus = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
 
 
 def dyn_model(torch):
@@ -224,6 +241,9 @@ def main():
         return type(default)(a[a.index(name) + 1]) if name in a else default
     reps, steps, warmup, fraction = opt("--reps", 2), opt("--steps", 14), opt("--warmup", 4), opt("--fraction", 0.03)
     workloads = opt("--workloads", ",".join(WORKLOADS)).split(",")
+    if "--pin" in a:
+        parse_cpus(opt("--pin", ""))  # a bad list fails here, not in every worker
+        os.environ["GPU_BENCH_PIN"] = opt("--pin", "")
     allocators = opt("--allocators", ",".join(ALLOCATORS)).split(",")
     runs = []
 
@@ -257,10 +277,17 @@ def main():
                         "losses": rs[0]["losses"]}
             rows[al]["reserved_over_live"] = rows[al]["peak_reserved"] / max(rows[al]["peak_live"], 1)
         base = rows.get("default")
+        sums = {(x["allocator"], x["rep"]): x["sum_ms"] for x in runs
+                if x.get("workload") == w and "sum_ms" in x}
         for al, row in rows.items():
             if base and "losses" in base:
                 row["time_vs_default"] = row["median_ms"] / base["median_ms"]
                 row["losses_identical_to_default"] = row["losses"] == base["losses"]
+            paired = [sums[(al, r)] / sums[("default", r)] for r in range(reps)
+                      if (al, r) in sums and ("default", r) in sums]
+            if paired:
+                row["paired_vs_default"] = statistics.median(paired)
+                row["paired_per_rep"] = [round(x, 4) for x in paired]
         for row in rows.values():
             row.pop("losses", None)
         summary[w] = rows
