@@ -120,6 +120,11 @@ typedef struct gm_sim_config {
                                from a configuration text ("sim.devices": the CLI, GPUMEM_CONF);
                                0 = the program's default. The create functions ignore it:
                                gm_sim_devices_create takes its count as an argument */
+    unsigned kernel_ns;     /* nonzero (without manual_streams): a kernel or copy runs for this
+                               many ns of the device clock after the later of its launch and the
+                               stream's previous one, and completes only then, so events lag the
+                               host as on a busy GPU; stream_sync moves the clock to the end of
+                               the stream's work. 0: work completes at once */
 } gm_sim_config;
 
 /* Create a simulated GPU (see docs/backends.md). cfg NULL = defaults.

@@ -155,7 +155,9 @@ typedef enum key_type {
     X("sim.no_costs", K_BOOL, no_costs, "false",                                                \
       "do not charge the H200 cost model (device time stays 0)")                                \
     X("sim.devices", K_UNSIGNED, devices, "1 (torch shim: 8)",                                  \
-      "simulated devices in the machine, 1 to 64 (choose one with --device)")
+      "simulated devices in the machine, 1 to 64 (choose one with --device)")                   \
+    X("sim.kernel_ns", K_UNSIGNED, kernel_ns, "0 (work completes at once)",                     \
+      "each simulated kernel runs this many ns after the stream's previous one (replay: one per allocation, the clock following the trace's Time)")
 
 #define PUBLIC_ROW(key, type, field, def, help) {key, TN_##type, def, help},
 static const gm_config_key pool_keys[] = {POOL_KEYS(PUBLIC_ROW)};

@@ -47,7 +47,7 @@ static void test_key_tables(void)
     REQUIRE(pk && sk);
     CHECK(gm_config_keys(NULL) == pk);
     CHECK_GE_U(np, 40);
-    CHECK_EQ_U(ns, 6);
+    CHECK_EQ_U(ns, 7);
     for (size_t i = 0; i < np + ns; i++) {
         const gm_config_key *k = i < np ? &pk[i] : &sk[i - np];
         CHECK(k->name && *k->name && k->type && *k->type && k->default_text &&
@@ -315,6 +315,11 @@ static void test_parse(void)
     gm_config p = {0};
     CHECK_OK(gm_config_parse_with_sim(&p, &s, "strategy=fixed,sim.devices=2,fixed_block=2M"));
     CHECK(p.strategy == GM_STRATEGY_FIXED && p.fixed_block_bytes == 2 * MiB && s.devices == 2);
+    CHECK_OK(gm_config_parse_with_sim(&p, &s, "sim.kernel_ns=350000"));
+    CHECK_EQ_U(s.kernel_ns, 350000);
+    CHECK_STATUS(gm_config_parse_with_sim(&p, &s, "sim.kernel_ns=-1"), GM_ERR_INVALID_ARGUMENT);
+    CHECK_EQ_U(s.kernel_ns, 350000);
+    s.kernel_ns = 0;
     gm_config pb = p;
     sb = s;
     /* atomic over both structs: the sim item before the bad one is not applied either */

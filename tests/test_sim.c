@@ -516,6 +516,74 @@ static void test_streams_and_events(void)
     gm_backend_destroy(b);
 }
 
+/* kernel_ns: a kernel runs kernel_ns of device clock after the later of its launch and the
+ * stream's previous kernel; events after it complete only then; stream_sync moves the clock to
+ * the end of the stream's work; streams run side by side. */
+static void test_kernel_ns(void)
+{
+    gm_sim_config cfg = {0};
+    cfg.capacity = 64 * MiB;
+    cfg.no_costs = 1; /* the clock moves only by the test and the kernels */
+    cfg.kernel_ns = 1000;
+    gm_backend *b = NULL;
+    REQUIRE_OK(gm_sim_backend_create(&cfg, &b));
+    gm_stream s2 = NULL;
+    REQUIRE_OK(gm_sim_stream_create(b, &s2));
+    gm_event e1 = 0, e2 = 0, e3 = 0;
+    REQUIRE_OK(b->ops->event_create(b, &e1));
+    REQUIRE_OK(b->ops->event_create(b, &e2));
+    REQUIRE_OK(b->ops->event_create(b, &e3));
+    CHECK_OK(gm_sim_launch(b, NULL)); /* runs over [0, 1000) */
+    CHECK_OK(b->ops->event_record(b, e1, NULL));
+    CHECK_OK(gm_sim_launch(b, NULL)); /* queued behind it: [1000, 2000) */
+    CHECK_OK(b->ops->event_record(b, e2, NULL));
+    CHECK_OK(gm_sim_launch(b, s2)); /* another stream runs beside: [0, 1000) */
+    CHECK_OK(b->ops->event_record(b, e3, s2));
+    CHECK_STATUS(b->ops->event_query(b, e1), GM_ERR_NOT_READY);
+    CHECK_STATUS(b->ops->event_query(b, e3), GM_ERR_NOT_READY);
+    CHECK_OK(gm_sim_advance_clock(b, 999));
+    CHECK_STATUS(b->ops->event_query(b, e1), GM_ERR_NOT_READY);
+    CHECK_OK(gm_sim_advance_clock(b, 1));
+    CHECK_OK(b->ops->event_query(b, e1));
+    CHECK_OK(b->ops->event_query(b, e3));
+    CHECK_STATUS(b->ops->event_query(b, e2), GM_ERR_NOT_READY);
+    uint64_t queued = 0, completed = 0;
+    CHECK_OK(gm_sim_stream_progress(b, NULL, &queued, &completed));
+    CHECK_EQ_U(queued, 2);
+    CHECK_EQ_U(completed, 1);
+    CHECK_OK(gm_sim_advance_clock(b, 1000));
+    CHECK_OK(b->ops->event_query(b, e2));
+    /* an idle stream starts a kernel at once: launched at 2500, it ends at 3500; the host that
+     * synchronizes waits for the last of three */
+    CHECK_OK(gm_sim_advance_clock(b, 500));
+    for (int i = 0; i < 3; i++)
+        CHECK_OK(gm_sim_launch(b, s2));
+    CHECK_OK(b->ops->event_record(b, e3, s2));
+    CHECK_STATUS(b->ops->event_query(b, e3), GM_ERR_NOT_READY);
+    CHECK_OK(b->ops->stream_sync(b, s2));
+    CHECK_EQ_U(b->ops->clock_ns(b), 2500 + 3 * 1000);
+    CHECK_OK(b->ops->event_query(b, e3));
+    CHECK_OK(gm_sim_stream_progress(b, s2, &queued, &completed));
+    CHECK_EQ_U(completed, queued);
+    CHECK_OK(b->ops->stream_sync(b, s2)); /* nothing left: the clock stays */
+    CHECK_EQ_U(b->ops->clock_ns(b), 5500);
+    /* a wait on unfinished work of another stream holds the kernels behind it */
+    CHECK_OK(gm_sim_launch(b, NULL));         /* [5500, 6500) */
+    CHECK_OK(b->ops->event_record(b, e1, NULL));
+    CHECK_OK(b->ops->stream_wait_event(b, s2, e1));
+    CHECK_OK(gm_sim_launch(b, s2));
+    CHECK_OK(b->ops->event_record(b, e3, s2));
+    CHECK_OK(gm_sim_advance_clock(b, 1000)); /* 6500: e1's kernel done, s2's may run */
+    CHECK_OK(b->ops->event_query(b, e1));
+    CHECK_OK(gm_sim_advance_clock(b, 1000));
+    CHECK_OK(b->ops->event_query(b, e3));
+    CHECK_OK(b->ops->event_destroy(b, e1));
+    CHECK_OK(b->ops->event_destroy(b, e2));
+    CHECK_OK(b->ops->event_destroy(b, e3));
+    CHECK_OK(gm_sim_stream_destroy(b, s2));
+    gm_backend_destroy(b);
+}
+
 static void test_cost_model(void)
 {
     CHECK_EQ_U(cost_model_ns(GM_CALL_MEM_ALLOC, 512), 43700);
@@ -739,6 +807,7 @@ int main(void)
     test_address_space_reuse();
     test_host_backed_segments();
     test_host_backed_vmm();
+    test_kernel_ns();
     test_streams_and_events();
     test_cost_model();
     test_clock_and_costs();

@@ -123,10 +123,18 @@ typedef struct stream_wait {
     uint64_t until;  /* the awaited stream's ticket */
 } stream_wait;
 
+/* A kernel or copy of a stream with kernel_ns: when it completes by itself. */
+typedef struct stream_item {
+    uint64_t ticket, due; /* due: the clock at which it has run */
+} stream_item;
+
 typedef struct sim_stream {
     uint64_t launched, completed;
     stream_wait *waits; /* pending waits, FIFO [head, count), tickets increasing */
     size_t head, count, cap;
+    stream_item *items; /* kernel_ns: kernels and copies not yet completed, FIFO [ihead, icount) */
+    size_t ihead, icount, icap;
+    uint64_t last_due;  /* kernel_ns: when the stream's last queued kernel runs */
     bool live;
 } sim_stream;
 
@@ -155,6 +163,7 @@ struct sim {
     int ordinal;
     uint64_t plain_peers; /* bit d: device d may access every plain segment (peer access) */
     bool manual_streams, no_costs;
+    uint64_t kernel_ns; /* nonzero: a kernel runs this long after the last one queued before it */
     size_t capacity, gran, used;
     _Atomic uint64_t clock;
 
@@ -596,6 +605,15 @@ static gm_status bad_stream_error(const char *what, gm_stream h)
 
 static bool stream_done_locked(sim *s, uint32_t si, uint64_t ticket);
 
+/* Forget timed items that have completed. */
+static void items_drop_done(sim_stream *st)
+{
+    while (st->ihead < st->icount && st->items[st->ihead].ticket <= st->completed)
+        st->ihead++;
+    if (st->ihead == st->icount)
+        st->ihead = st->icount = 0;
+}
+
 /* Complete, in order, whatever can finish by itself: waits whose awaited work is done and,
  * without manual_streams, kernels and copies. Recursion follows waits to older work only. */
 static void stream_advance_locked(sim *s, uint32_t si)
@@ -618,11 +636,21 @@ static void stream_advance_locked(sim *s, uint32_t si)
         }
         if (s->manual_streams)
             break;
-        st->completed = w ? w->ticket - 1 : st->launched;
+        uint64_t limit = w ? w->ticket - 1 : st->launched;
+        if (s->kernel_ns) { /* kernels complete once the clock has passed their time */
+            uint64_t now = atomic_load_explicit(&s->clock, memory_order_relaxed);
+            while (st->ihead < st->icount && st->items[st->ihead].ticket <= limit &&
+                   st->items[st->ihead].due <= now)
+                st->completed = st->items[st->ihead++].ticket;
+            if (st->ihead < st->icount && st->items[st->ihead].ticket <= limit)
+                break; /* still running */
+        }
+        st->completed = limit;
     }
     sim_stream *st = &s->streams[si];
     if (st->head == st->count)
         st->head = st->count = 0;
+    items_drop_done(st);
 }
 
 static bool stream_done_locked(sim *s, uint32_t si, uint64_t ticket)
@@ -652,14 +680,30 @@ static void stream_complete_upto_locked(sim *s, uint32_t si, uint64_t ticket)
         }
         st->completed = ticket;
     }
+    items_drop_done(&s->streams[si]);
     stream_advance_locked(s, si);
 }
 
-/* Queue one kernel or copy on stream si. */
-static void stream_enqueue_locked(sim *s, uint32_t si)
+/* Queue one kernel or copy on stream si; with kernel_ns it runs kernel_ns after the later of
+ * now and the stream's previous kernel. False: no host memory for its record (nothing queued). */
+static bool stream_enqueue_locked(sim *s, uint32_t si)
 {
-    s->streams[si].launched++;
+    sim_stream *st = &s->streams[si];
+    if (s->kernel_ns && !s->manual_streams) {
+        if (st->ihead > 0 && st->icount == st->icap) {
+            memmove(st->items, &st->items[st->ihead], (st->icount - st->ihead) * sizeof *st->items);
+            st->icount -= st->ihead;
+            st->ihead = 0;
+        }
+        if (!grow_array((void **)&st->items, &st->icap, st->icount + 1, sizeof *st->items))
+            return false;
+        uint64_t now = atomic_load_explicit(&s->clock, memory_order_relaxed);
+        st->last_due = (st->last_due > now ? st->last_due : now) + s->kernel_ns;
+        st->items[st->icount++] = (stream_item){st->launched + 1, st->last_due};
+    }
+    st->launched++;
     stream_advance_locked(s, si);
+    return true;
 }
 
 /* Queue a wait for (awaited, until) on stream si. */
@@ -1038,10 +1082,11 @@ static gm_status sim_copy(gm_backend *b, uintptr_t dst, uintptr_t src, size_t si
                                "sim: cuMemcpyDtoDAsync(%#" PRIxPTR ", %#" PRIxPTR ", %zu): "
                                "CUDA_ERROR_INVALID_VALUE: %s", dst, src, size,
                                overlap ? "ranges overlap" : "not device memory");
+    } else if (!stream_enqueue_locked(s, si)) {
+        st = host_memory_error("copy");
     } else {
         if (s->host_map && size)
             memcpy((void *)dst, (const void *)src, size);
-        stream_enqueue_locked(s, si);
         atomic_fetch_add_explicit(&b->copy_bytes, size, memory_order_relaxed);
         sim_charge(s, GM_CALL_COPY, size);
     }
@@ -1155,7 +1200,11 @@ static gm_status sim_stream_sync(gm_backend *b, gm_stream str)
     sim_lock(s);
     bool ok = stream_index_locked(s, str, &si);
     if (ok) {
-        stream_complete_upto_locked(s, si, s->streams[si].launched);
+        sim_stream *st = &s->streams[si];
+        uint64_t now = atomic_load_explicit(&s->clock, memory_order_relaxed);
+        if (st->icount > st->ihead && st->items[st->icount - 1].due > now) /* waits for it */
+            atomic_store_explicit(&s->clock, st->items[st->icount - 1].due, memory_order_relaxed);
+        stream_complete_upto_locked(s, si, st->launched);
         sim_charge(s, GM_CALL_STREAM_SYNC, 0);
     }
     sim_unlock(s);
@@ -1488,8 +1537,10 @@ static void sim_destroy(gm_backend *b)
     for (size_t i = 0; i < s->phys_count; i++)
         if (s->phys[i].live)
             host_buffer_free(s->phys[i].bytes, s->phys[i].size);
-    for (size_t i = 0; i < s->stream_count; i++)
+    for (size_t i = 0; i < s->stream_count; i++) {
         free(s->streams[i].waits);
+        free(s->streams[i].items);
+    }
     if (s->host_map)
         munmap(s->host_map, s->host_map_size);
     free(s->ranges);
@@ -1610,6 +1661,7 @@ static gm_status sim_device_new(const gm_sim_config *cfg, sim_system *sys, int o
     s->capacity = capacity;
     s->gran = gran;
     s->manual_streams = cfg->manual_streams != 0;
+    s->kernel_ns = cfg->kernel_ns;
     s->no_costs = cfg->no_costs != 0;
     s->va_size = capacity * (cfg->host_backed ? SIM_VA_PER_CAPACITY_HOST : SIM_VA_PER_CAPACITY);
     s->va_base = SIM_VA_BASE + (uintptr_t)ordinal * s->va_size;
@@ -1745,11 +1797,10 @@ gm_status gm_sim_launch(gm_backend *backend, gm_stream stream)
         return st;
     uint32_t si = 0;
     sim_lock(s);
-    bool ok = stream_index_locked(s, stream, &si);
-    if (ok)
-        stream_enqueue_locked(s, si);
+    bool ok = stream_index_locked(s, stream, &si), queued = ok && stream_enqueue_locked(s, si);
     sim_unlock(s);
-    return ok ? GM_OK : bad_stream_error("gm_sim_launch", stream);
+    return !ok ? bad_stream_error("gm_sim_launch", stream)
+               : queued ? GM_OK : host_memory_error("gm_sim_launch");
 }
 
 gm_status gm_sim_stream_progress(gm_backend *backend, gm_stream stream, uint64_t *queued,
