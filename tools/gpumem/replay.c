@@ -49,6 +49,8 @@ typedef struct run {
     void **ptrs; /* live pointer of each allocation slot; NULL when free or failed */
     gm_handle **handles; /* --movable: handle of each movable slot; NULL otherwise */
     double gap;          /* --defrag on: seconds of trace time that get a step; 0 = off */
+    bool lagged;         /* sim.kernel_ns: work lags the host (follow_trace) */
+    double trace_time;   /* lagged: the Time of the last op replayed */
     uint64_t defrag_failures;
     size_t sample_every;
     unsigned progress_shown; /* per mille drawn last */
@@ -304,6 +306,18 @@ static int on_oom(run *x, const trace_op *op)
     return 0;
 }
 
+/* sim.kernel_ns: the device clock follows the trace's Time (the host's time between two ops,
+ * on top of what the calls charged), and each allocation launches one simulated kernel of
+ * kernel_ns on its stream (the work that fills the block), so that the events the pool records
+ * complete as late after the host as the model's work, as on a busy GPU. */
+static void follow_trace(run *x, const trace_op *op)
+{
+    if (op->time > x->trace_time) {
+        (void)gm_sim_advance_clock(x->backend, (uint64_t)((op->time - x->trace_time) * 1e9));
+        x->trace_time = op->time;
+    }
+}
+
 /* Replay ops [from, to). Returns the index reached: `to`, or the op that failed fatally.
  * *excluded gets the host time spent in defragmentation steps. */
 static size_t run_ops(run *x, size_t from, size_t to, uint64_t *excluded)
@@ -315,6 +329,8 @@ static size_t run_ops(run *x, size_t from, size_t to, uint64_t *excluded)
         const trace_op *op = &ops[i];
         gm_status st;
         const char *call;
+        if (x->lagged)
+            follow_trace(x, op);
         if (op->kind == TRACE_ALLOC) {
             gm_stream stream = x->streams[op->stream];
             if (x->handles && slot_is_movable(op->slot, x->o->movable)) {
@@ -330,6 +346,8 @@ static size_t run_ops(run *x, size_t from, size_t to, uint64_t *excluded)
             }
             r->ops++;
             if (st == GM_OK) {
+                if (x->lagged)
+                    (void)gm_sim_launch(x->backend, stream);
                 if (x->gap > 0)
                     *excluded += maybe_defrag(x, i);
                 continue;
@@ -483,6 +501,8 @@ static int setup(run *x)
     r->movable_fraction = x->o->movable;
     r->defrag_gap = x->o->defrag_gap > 0 ? x->o->defrag_gap : DEFRAG_GAP_DEFAULT;
     x->gap = x->o->defrag ? r->defrag_gap : 0;
+    x->lagged = s->backend == BACKEND_SIM && s->sim.kernel_ns > 0;
+    x->trace_time = x->t->n_ops ? x->t->ops[0].time : 0;
     if (!x->ptrs || !r->timeline || handles_failed || open_streams(x) != 0) {
         snprintf(x->err, x->errlen, "%s: cannot set up the replay (host memory or streams)",
                  x->t->path);
