@@ -577,6 +577,15 @@ static void test_kernel_ns(void)
     CHECK_OK(b->ops->event_query(b, e1));
     CHECK_OK(gm_sim_advance_clock(b, 1000));
     CHECK_OK(b->ops->event_query(b, e3));
+    /* a sync of a stream that waits on another waits for that work's end too */
+    uint64_t t = b->ops->clock_ns(b); /* 8500 */
+    for (int i = 0; i < 4; i++)
+        CHECK_OK(gm_sim_launch(b, NULL)); /* ends at t + 4000 */
+    CHECK_OK(b->ops->event_record(b, e1, NULL));
+    CHECK_OK(b->ops->stream_wait_event(b, s2, e1));
+    CHECK_OK(b->ops->stream_sync(b, s2));
+    CHECK_EQ_U(b->ops->clock_ns(b), t + 4000);
+    CHECK_OK(b->ops->event_query(b, e1));
     CHECK_OK(b->ops->event_destroy(b, e1));
     CHECK_OK(b->ops->event_destroy(b, e2));
     CHECK_OK(b->ops->event_destroy(b, e3));

@@ -605,13 +605,26 @@ static gm_status bad_stream_error(const char *what, gm_stream h)
 
 static bool stream_done_locked(sim *s, uint32_t si, uint64_t ticket);
 
-/* Forget timed items that have completed. */
-static void items_drop_done(sim_stream *st)
+/* The clock moves to `t` if it is behind (the host waited for work that ends then). A CAS
+ * loop: gm_sim_advance_clock adds to it without the lock. */
+static void clock_raise(sim *s, uint64_t t)
 {
+    uint64_t now = atomic_load_explicit(&s->clock, memory_order_relaxed);
+    while (now < t && !atomic_compare_exchange_weak_explicit(&s->clock, &now, t,
+                                                              memory_order_relaxed,
+                                                              memory_order_relaxed))
+        ;
+}
+
+/* Forget timed items that have completed; the latest end among them (0: none). */
+static uint64_t items_drop_done(sim_stream *st)
+{
+    uint64_t end = 0;
     while (st->ihead < st->icount && st->items[st->ihead].ticket <= st->completed)
-        st->ihead++;
+        end = st->items[st->ihead++].due;
     if (st->ihead == st->icount)
         st->ihead = st->icount = 0;
+    return end;
 }
 
 /* Complete, in order, whatever can finish by itself: waits whose awaited work is done and,
@@ -650,7 +663,7 @@ static void stream_advance_locked(sim *s, uint32_t si)
     sim_stream *st = &s->streams[si];
     if (st->head == st->count)
         st->head = st->count = 0;
-    items_drop_done(st);
+    (void)items_drop_done(st);
 }
 
 static bool stream_done_locked(sim *s, uint32_t si, uint64_t ticket)
@@ -661,8 +674,10 @@ static bool stream_done_locked(sim *s, uint32_t si, uint64_t ticket)
     return s->streams[si].completed >= ticket;
 }
 
-/* Complete every item of stream si up to `ticket`, first completing the work its waits await. */
-static void stream_complete_upto_locked(sim *s, uint32_t si, uint64_t ticket)
+/* Complete every item of stream si up to `ticket`, first completing the work its waits await.
+ * host_waits (stream_sync): the clock moves to the end of the latest timed item completed,
+ * here or in the awaited streams. */
+static void stream_complete_upto_locked(sim *s, uint32_t si, uint64_t ticket, bool host_waits)
 {
     for (;;) {
         sim_stream *st = &s->streams[si];
@@ -670,7 +685,7 @@ static void stream_complete_upto_locked(sim *s, uint32_t si, uint64_t ticket)
             break;
         if (st->head < st->count && st->waits[st->head].ticket <= ticket) {
             stream_wait w = st->waits[st->head];
-            stream_complete_upto_locked(s, w.stream, w.until);
+            stream_complete_upto_locked(s, w.stream, w.until, host_waits);
             st = &s->streams[si];
             if (st->head < st->count && st->waits[st->head].ticket == w.ticket)
                 st->head++;
@@ -680,7 +695,9 @@ static void stream_complete_upto_locked(sim *s, uint32_t si, uint64_t ticket)
         }
         st->completed = ticket;
     }
-    items_drop_done(&s->streams[si]);
+    uint64_t end = items_drop_done(&s->streams[si]);
+    if (host_waits)
+        clock_raise(s, end);
     stream_advance_locked(s, si);
 }
 
@@ -1200,11 +1217,7 @@ static gm_status sim_stream_sync(gm_backend *b, gm_stream str)
     sim_lock(s);
     bool ok = stream_index_locked(s, str, &si);
     if (ok) {
-        sim_stream *st = &s->streams[si];
-        uint64_t now = atomic_load_explicit(&s->clock, memory_order_relaxed);
-        if (st->icount > st->ihead && st->items[st->icount - 1].due > now) /* waits for it */
-            atomic_store_explicit(&s->clock, st->items[st->icount - 1].due, memory_order_relaxed);
-        stream_complete_upto_locked(s, si, st->launched);
+        stream_complete_upto_locked(s, si, s->streams[si].launched, true); /* the host waits */
         sim_charge(s, GM_CALL_STREAM_SYNC, 0);
     }
     sim_unlock(s);
@@ -1782,7 +1795,7 @@ gm_status gm_sim_stream_destroy(gm_backend *backend, gm_stream stream)
     sim_lock(s);
     bool ok = stream_index_locked(s, stream, &si) && si != 0;
     if (ok) { /* like cudaStreamDestroy, queued work still completes */
-        stream_complete_upto_locked(s, si, s->streams[si].launched);
+        stream_complete_upto_locked(s, si, s->streams[si].launched, false);
         s->streams[si].live = false;
     }
     sim_unlock(s);
