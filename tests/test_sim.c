@@ -1,8 +1,9 @@
 /*
  * Unit tests of the simulated GPU (src/backend/sim.c) and the H200 cost model (cost.c):
  * every backend op, OOM at capacity, bad handles, VMM map/unmap rules, host-backed bytes
- * following their physical run, copies, stream/event semantics with manual streams, the clock,
- * costs and counters, the gm_sim_* controls on bad backends, and a scale run.
+ * following their physical run, copies, stream/event semantics with manual streams and with
+ * timed kernels (kernel_ns), the clock, costs and counters, the gm_sim_* controls on bad
+ * backends, and a scale run.
  */
 #include "fault_backend.h"
 #include "sim_setup.h"
