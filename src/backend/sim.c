@@ -134,7 +134,6 @@ typedef struct sim_stream {
     size_t head, count, cap;
     stream_item *items; /* kernel_ns: kernels and copies not yet completed, FIFO [ihead, icount) */
     size_t ihead, icount, icap;
-    uint64_t last_due;  /* kernel_ns: when the stream's last queued kernel runs */
     bool live;
 } sim_stream;
 
@@ -217,6 +216,21 @@ static bool round_up(size_t x, size_t a, size_t *out)
 static bool grow_array(void **arr, size_t *cap, size_t need, size_t elem)
 {
     return gm_host_grow(arr, cap, need, elem, 16);
+}
+
+/* A new slot at the end of the FIFO [*head, *count) of `elem`-byte entries in *arr (a
+ * stream's waits or timed items): when the array is full, the live part moves to the front
+ * first, else the array grows. NULL: no host memory (nothing changed). */
+static void *fifo_push(void **arr, size_t *head, size_t *count, size_t *cap, size_t elem)
+{
+    if (*head > 0 && *count == *cap) {
+        memmove(*arr, (char *)*arr + *head * elem, (*count - *head) * elem);
+        *count -= *head;
+        *head = 0;
+    }
+    if (!grow_array(arr, cap, *count + 1, elem))
+        return NULL;
+    return (char *)*arr + (*count)++ * elem;
 }
 
 static sim *sim_of(gm_backend *b)
@@ -707,16 +721,16 @@ static bool stream_enqueue_locked(sim *s, uint32_t si)
 {
     sim_stream *st = &s->streams[si];
     if (s->kernel_ns && !s->manual_streams) {
-        if (st->ihead > 0 && st->icount == st->icap) {
-            memmove(st->items, &st->items[st->ihead], (st->icount - st->ihead) * sizeof *st->items);
-            st->icount -= st->ihead;
-            st->ihead = 0;
-        }
-        if (!grow_array((void **)&st->items, &st->icap, st->icount + 1, sizeof *st->items))
+        /* it starts when the previous one still queued ends, or now (a finished item is
+         * dropped only once the clock has passed its end, or the stream is destroyed) */
+        uint64_t start = atomic_load_explicit(&s->clock, memory_order_relaxed);
+        if (st->icount > st->ihead && st->items[st->icount - 1].due > start)
+            start = st->items[st->icount - 1].due;
+        stream_item *it = fifo_push((void **)&st->items, &st->ihead, &st->icount, &st->icap,
+                                    sizeof *it);
+        if (!it)
             return false;
-        uint64_t now = atomic_load_explicit(&s->clock, memory_order_relaxed);
-        st->last_due = (st->last_due > now ? st->last_due : now) + s->kernel_ns;
-        st->items[st->icount++] = (stream_item){st->launched + 1, st->last_due};
+        *it = (stream_item){st->launched + 1, start + s->kernel_ns};
     }
     st->launched++;
     stream_advance_locked(s, si);
@@ -727,15 +741,10 @@ static bool stream_enqueue_locked(sim *s, uint32_t si)
 static bool stream_enqueue_wait_locked(sim *s, uint32_t si, uint32_t awaited, uint64_t until)
 {
     sim_stream *st = &s->streams[si];
-    if (st->head > 0 && st->count == st->cap) {
-        memmove(st->waits, &st->waits[st->head], (st->count - st->head) * sizeof(stream_wait));
-        st->count -= st->head;
-        st->head = 0;
-    }
-    if (!grow_array((void **)&st->waits, &st->cap, st->count + 1, sizeof(stream_wait)))
+    stream_wait *w = fifo_push((void **)&st->waits, &st->head, &st->count, &st->cap, sizeof *w);
+    if (!w)
         return false;
-    st->launched++;
-    st->waits[st->count++] = (stream_wait){st->launched, awaited, until};
+    *w = (stream_wait){++st->launched, awaited, until};
     stream_advance_locked(s, si);
     return true;
 }
