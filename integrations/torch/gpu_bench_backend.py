@@ -27,11 +27,10 @@ through such calls made before its work is queued); per workload and allocator t
 the runs' medians, the ratio to PyTorch's default, and the paired ratio: per repetition, the sum
 of the step times after the warm-up over PyTorch default's in the same repetition (the same
 shapes), and its median over the repetitions (`paired_vs_default`, the figure
-docs/benchmarks.md gives). --pin CPUS
-(e.g. 2-9 or 2,4,6) runs every worker on those CPUs only (os.sched_setaffinity), so that no
-run is faster or slower for landing on another core. Then the largest batch of `dyn` at its
-longest sequence that trains under set_per_process_memory_fraction(--fraction), by binary
-search, per allocator.
+docs/benchmarks.md gives). --pin CPUS (e.g. 2-9 or 2,4,6) runs every worker on those CPUs only
+(os.sched_setaffinity), so that no run is faster or slower for landing on another core. Then
+the largest batch of `dyn` at its longest sequence that trains under
+set_per_process_memory_fraction(--fraction), by binary search, per allocator.
 The last line is a JSON summary.
 """
 
@@ -242,8 +241,9 @@ def main():
     reps, steps, warmup, fraction = opt("--reps", 2), opt("--steps", 14), opt("--warmup", 4), opt("--fraction", 0.03)
     workloads = opt("--workloads", ",".join(WORKLOADS)).split(",")
     if "--pin" in a:
-        parse_cpus(opt("--pin", ""))  # a bad list fails here, not in every worker
-        os.environ["GPU_BENCH_PIN"] = opt("--pin", "")
+        pin = opt("--pin", "")
+        parse_cpus(pin)  # a bad list fails here, not in every worker
+        os.environ["GPU_BENCH_PIN"] = pin
     allocators = opt("--allocators", ",".join(ALLOCATORS)).split(",")
     runs = []
 
