@@ -7,7 +7,8 @@
 # `paired_vs_default` (step time x PyTorch default's, median over repetitions) and reserved/live
 # per workload, then the largest batch under set_per_process_memory_fraction(0.03).
 # usage: bench/gpu_torch_backend.sh OUT_DIR [REPS] [WORKLOADS]
-#   REPS defaults to 4, WORKLOADS to gpt2,dyn,side (about 13 s per run on an H200).
+#   REPS defaults to 4, WORKLOADS to gpt2,dyn,side (on an H200: about 3 minutes to install and
+#   check, then about 13 s per run and the largest-batch search).
 #   PYTHON: the interpreter with torch (default python3; `pip` may be another one).
 #   GPU_BENCH_CPUS: the CPUs every worker runs on (default 2-9).
 #   GPU_BENCH_ALLOCATORS: default default,expandable,gpumem.
