@@ -1,8 +1,10 @@
 #!/bin/sh
 # `make run`: replay the six bundled traces (traces/*.csv.gz) on the simulated H200 with the
-# default configuration, print gpumem's reserved/live beside PyTorch's (measured on an H200:
-# docs/anchors.md; copied below as data), gpumem's host time on this machine on its own, and
-# write an HTML report per trace under BUILD_DIR/reports/.
+# default configuration (plain segments), with VMM pages, and with the PyTorch backend's VMM
+# placement; print reserved/live beside PyTorch's (measured on an H200: docs/anchors.md; copied
+# below as data), what each mode's memory costs in device calls and their time on the H200
+# cost model, gpumem's host time on this machine on its own, and write an HTML report per
+# trace (default configuration) under BUILD_DIR/reports/.
 # Needs only what the build needs (sh, awk and the gpumem binary): no Python, no browser.
 # usage: tools/make_run.sh BUILD_DIR
 set -eu
@@ -28,30 +30,70 @@ member() { # member JSON_FILE KEY
         END { if (!found) print "-" }' "$1"
 }
 
+# Memory calls (reserve, create, map, unmap, release) in the report's "device_calls" object.
+memcalls() { # memcalls JSON_FILE
+    awk '/^  "device_calls": \{/ { on = 1; next } on && /^  \}/ { exit }
+        on { k = $1; gsub(/[":]/, "", k); v = $2; sub(/,$/, "", v)
+             if (k ~ /^(mem_alloc|mem_free|va_reserve|va_release|phys_create|phys_release|map|unmap)$/)
+                 n += v }
+        END { print n + 0 }' "$1"
+}
+
+# Modes: plain (the default), vmm (--segments vmm), backend (gpumem.torch's placement on a
+# device with VMM, its unmapping thread left out so that the figures repeat run to run).
+VMM_ARGS="--segments vmm"
+BACKEND_ARGS="--segments vmm --set cache_disable=1 --set vmm_mapped_first=1"
+
 echo "reserved / live: peak reserved / peak live (lower is better; 1.000 wastes nothing)"
-printf '%-14s %8s %5s | %-46s\n' "" gpumem OOM "PyTorch on an H200 (docs/anchors.md)"
-printf '%-14s %8s %5s | %-10s %-18s %-16s\n' trace "(sim)" "" default expandable_segments \
-    cudaMallocAsync
-TIMES=""
+printf '%-14s %-27s | %-46s\n' "" "gpumem on the sim" "PyTorch on an H200 (docs/anchors.md)"
+printf '%-14s %6s %4s %6s %8s | %-10s %-20s %-15s\n' trace plain OOM vmm backend default \
+    expandable_segments cudaMallocAsync
+TIMES="" CALLS=""
 for name in $(echo "$ANCHORS" | awk '{print $1}'); do
+    # shellcheck disable=SC2046 # three words: the trace's anchors
     set -- $(echo "$ANCHORS" | awk -v n="$name" '$1 == n {print $2, $3, $4}')
     json="$BUILD/reports/$name.json"
     "$GPUMEM" replay --no-progress --json --html "$BUILD/reports/$name.html" \
         "$ROOT/traces/$name.csv.gz" >"$json" 2>"$BUILD/reports/$name.log" ||
         { cat "$BUILD/reports/$name.log" >&2; exit 1; }
-    ratio=$(member "$json" reserved_over_live)
-    printf '%-14s %8.3f %5s | %-10s %-18s %-16s\n' "$name" "$ratio" "$(member "$json" oom_count)" \
-        "$1" "$2" "$3"
+    for mode in vmm backend; do
+        if [ $mode = vmm ]; then args=$VMM_ARGS; else args=$BACKEND_ARGS; fi
+        # shellcheck disable=SC2086 # the mode's options are words
+        "$GPUMEM" replay --no-progress --json $args "$ROOT/traces/$name.csv.gz" \
+            >"$BUILD/reports/$name.$mode.json" 2>"$BUILD/reports/$name.log" ||
+            { cat "$BUILD/reports/$name.log" >&2; exit 1; }
+    done
+    printf '%-14s %6.3f %4s %6.3f %8.3f | %-10s %-20s %-15s\n' "$name" \
+        "$(member "$json" reserved_over_live)" "$(member "$json" oom_count)" \
+        "$(member "$BUILD/reports/$name.vmm.json" reserved_over_live)" \
+        "$(member "$BUILD/reports/$name.backend.json" reserved_over_live)" "$1" "$2" "$3"
+    row=$(printf '%-14s' "$name")
+    for f in "$json" "$BUILD/reports/$name.vmm.json" "$BUILD/reports/$name.backend.json"; do
+        row="$row$(awk -v c="$(memcalls "$f")" -v o="$(member "$f" ops)" \
+            -v t="$(member "$f" device_time_ns)" \
+            'BEGIN { printf " %8.2f %7.1f ms", 1000 * c / o, t / 1e6 }')"
+    done
+    CALLS="$CALLS$row
+"
     TIMES="$TIMES$(printf '%-14s %8.1f ns/op  (%.1f-%.1f over %s timed passes)' "$name" \
         "$(member "$json" ns_per_op)" "$(member "$json" ns_per_op_min)" \
         "$(member "$json" ns_per_op_max)" "$(member "$json" timed_passes)")
 "
 done
+echo "(plain: the default; vmm: --segments vmm; backend: what the PyTorch backend places on a"
+echo "device with VMM, --segments vmm --set cache_disable=1 --set vmm_mapped_first=1)"
+echo
+echo "what the memory costs: device calls that reserve, create, map, unmap or release memory per"
+echo "1,000 operations, and their time on the simulated H200 (its cost model: docs/backends.md)"
+printf '%-14s %19s %20s %20s\n' "" plain vmm backend
+printf '%-14s %8s %10s %8s %10s %8s %10s\n' trace calls/1k device calls/1k device calls/1k device
+printf '%s' "$CALLS"
 echo
 echo "gpumem host time on this machine (simulated device: gm_alloc/gm_free only, median):"
 printf '%s' "$TIMES"
 echo
 echo "These host times are not comparable with PyTorch's: they come from this CPU with no device"
-echo "calls in them. Speed is compared only in the same run on a GPU (bench/gpu_replay.sh;"
-echo "docs/benchmarks.md has the H200 figures)."
+echo "calls in them. Speed is compared only in the same run on a GPU (bench/gpu_replay.sh,"
+echo "bench/vmm_gpu.sh; docs/benchmarks.md has the H200 figures: VMM's calls make its replays"
+echo "1.0-6.6x PyTorch default's time where plain segments take 0.11-0.21x)."
 echo "HTML reports: $BUILD/reports/*.html"

@@ -1,0 +1,54 @@
+#!/bin/sh
+# `make run`'s report (tools/make_run.sh): a row per bundled trace in both tables, each mode's
+# figures the same as `gpumem replay --json` gives for that mode, and an HTML report per trace.
+# usage: test_make_run.sh GPUMEM_BINARY SOURCE_DIR
+set -u
+GPUMEM=$1
+SRC=$2
+T=$(mktemp -d /tmp/gpumem_make_run_test.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+. "$(dirname "$0")/cli_lib.sh"
+
+# make_run.sh takes a build folder: one whose tools/gpumem/gpumem is the binary under test.
+mkdir -p "$T/build/tools/gpumem"
+ln -s "$(cd "$(dirname "$GPUMEM")" && pwd)/$(basename "$GPUMEM")" "$T/build/tools/gpumem/gpumem"
+if sh "$SRC/tools/make_run.sh" "$T/build" >"$T/report" 2>"$T/report.err"; then ok; else
+    bad "make_run.sh failed"
+    head -5 "$T/report.err" >&2
+fi
+
+set -- "$SRC"/traces/*.csv.gz
+if [ $# -eq 6 ]; then ok; else bad "$# bundled traces, want 6"; fi
+for f in "$SRC"/traces/*.csv.gz; do
+    name=$(basename "$f" .csv.gz)
+    rows=$(grep -c "^$name " "$T/report")
+    # one row in the reserved/live table, one in the calls table, one in the host times
+    if [ "$rows" -eq 3 ]; then ok; else bad "$name: $rows rows, want 3"; fi
+    if [ -s "$T/build/reports/$name.html" ]; then ok; else bad "$name: no HTML report"; fi
+done
+
+# One trace's row against the replay's own JSON, mode by mode: reserved/live to 3 decimals,
+# memory calls per 1,000 operations to 2, the simulated device time to 0.1 ms.
+name=side_prefetch
+i=0
+for args in "" "--segments vmm" "--segments vmm --set cache_disable=1 --set vmm_mapped_first=1"; do
+    i=$((i + 1))
+    # shellcheck disable=SC2086 # the mode's options are words
+    run 0 replay --json --no-progress $args "$SRC/traces/$name.csv.gz"
+    want=$(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+c = sum(d["device_calls"][k] for k in ("mem_alloc", "mem_free", "va_reserve", "va_release",
+                                       "phys_create", "phys_release", "map", "unmap"))
+print("%.3f %.2f %.1f" % (d["reserved_over_live"], 1000 * c / d["ops"], d["device_time_ns"] / 1e6))' \
+        "$T/out")
+    # reserved/live: columns 2 (plain), 4 (vmm), 5 (backend) of the first table's row
+    got_rl=$(awk -v n="$name" -v i="$i" '$1 == n && $6 == "|" { print (i == 1 ? $2 : i == 2 ? $4 : $5); exit }' "$T/report")
+    # calls and time: the second table's row (the one with "ms")
+    got_calls=$(awk -v n="$name" -v i="$i" '$1 == n && / ms/ { print $(3 * i - 1), $(3 * i); exit }' "$T/report")
+    if [ "$got_rl $got_calls" = "$want" ]; then ok; else
+        bad "$name mode $i: report \"$got_rl $got_calls\", replay \"$want\""
+    fi
+done
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
