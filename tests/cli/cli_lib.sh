@@ -1,4 +1,11 @@
-# Helpers the command-line test scripts share (sourced; $GPUMEM and $T set by the caller).
+# What the command-line test scripts share, sourced first by each: their arguments
+# (GPUMEM_BINARY SOURCE_DIR) as $GPUMEM and $SRC, a scratch folder $T removed at exit, and the
+# checks below.
+set -u
+GPUMEM=$1
+SRC=$2
+T=$(mktemp -d /tmp/gpumem_cli_test.XXXXXX)
+trap 'rm -rf "$T"' EXIT
 passed=0
 failed=0
 

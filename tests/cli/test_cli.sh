@@ -2,12 +2,7 @@
 # The gpumem command line end to end: help and usage errors, text / JSON / HTML output, every
 # kind of bad trace with and without --strict, info, compare, and the bundled real traces.
 # usage: test_cli.sh GPUMEM_BINARY SOURCE_DIR
-set -u
-GPUMEM=$1
-SRC=$2
-T=$(mktemp -d /tmp/gpumem_cli_test.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/cli_lib.sh" # $GPUMEM, $SRC, $T and the checks
 
 H='Thread,Time,Action,Pointer,Size,Stream'
 good="$T/good.csv"

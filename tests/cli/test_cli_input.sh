@@ -4,12 +4,7 @@
 # folder that does not exist, `replay -` (standard input), `compare --strategy / --segments`,
 # a line over 2 MiB, null streams in the snapshot, the JSON schema version, --version in --help.
 # usage: test_cli_input.sh GPUMEM_BINARY SOURCE_DIR
-set -u
-GPUMEM=$1
-SRC=$2
-T=$(mktemp -d /tmp/gpumem_cli_input.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/cli_lib.sh" # $GPUMEM, $SRC, $T and the checks
 H='Thread,Time,Action,Pointer,Size,Stream'
 good="$T/good.csv"
 printf '%s\n1,0.1,allocate,0x1000,4096,0x0\n1,0.2,allocate,0x2000,8192,0x0\n1,0.3,free,0x1000,4096,0x0\n1,0.4,free,0x2000,8192,0x0\n' "$H" >"$good"

@@ -2,12 +2,7 @@
 # `make run`'s report (tools/make_run.sh): a row per bundled trace in both tables, each mode's
 # figures the same as `gpumem replay --json` gives for that mode, and an HTML report per trace.
 # usage: test_make_run.sh GPUMEM_BINARY SOURCE_DIR
-set -u
-GPUMEM=$1
-SRC=$2
-T=$(mktemp -d /tmp/gpumem_make_run_test.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/cli_lib.sh" # $GPUMEM, $SRC, $T and the checks
 
 # make_run.sh takes a build folder: one whose tools/gpumem/gpumem is the binary under test.
 mkdir -p "$T/build/tools/gpumem"

@@ -3,12 +3,7 @@
 # out-of-memory, one 2 MiB step less does not (or would be below peak live), the figure is
 # reported as a multiple of peak live in the text and JSON reports, and only replay takes it.
 # usage: test_min_budget.sh GPUMEM_BINARY SOURCE_DIR
-set -u
-GPUMEM=$1
-SRC=$2
-T=$(mktemp -d /tmp/gpumem_budget_test.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/cli_lib.sh" # $GPUMEM, $SRC, $T and the checks
 
 # A trace whose peak live (12 MiB) is reached after a free left a hole the next block does not
 # fit: an allocator needs more than peak live unless it can reuse the hole.
