@@ -37,6 +37,32 @@ static size_t geometric_segment_size(const gm_pool *pool, const gm_arena *a)
     return round_up(clamp_size((size_t)want, c->growth_min, c->growth_max), c->segment_rounding);
 }
 
+/* GEOMETRIC, a large segment for a stream whose heap holds under half of what the pool
+ * reserved (a prefetch or communication stream beside the main one): room for the request
+ * twice, at least growth_min, or growth_fraction of its own heap's bytes if that is more (a
+ * heap that grows large still grows in O(log) calls); 0 when the pool-wide size (`shared`) is
+ * not larger. A heap's free segments serve only its stream, and the pool's reserved bytes
+ * measure the main stream's appetite, not this one's: sized by them, a side stream's first
+ * buffer got a segment that stayed mostly empty (sim, at peak live: side_prefetch's side stream
+ * held a 500 MiB segment with 32 MiB live, comm_overlap's a 406 MiB one with none). Measured
+ * (docs/benchmarks.md, "Segments of a side stream"): reserved/live 1.846 -> 1.363 and 1.459 ->
+ * 1.207 with the same device calls; the single-stream traces do not take this path. */
+static size_t minor_heap_segment_size(const gm_pool *pool, const gm_arena *a, size_t granted,
+                                      size_t shared)
+{
+    const gm_config *c = &pool->cfg;
+    size_t heap = 0;
+    for (int k = 0; k < ARENA_COUNT; k++)
+        heap += a->heap->arenas[k].span_bytes;
+    if (a->kind == ARENA_SMALL || heap >= pool->reserved_bytes / 2)
+        return 0;
+    size_t twice = granted <= SIZE_MAX / 2 ? round_up(2 * granted, c->segment_rounding) : 0;
+    size_t own = round_up((size_t)((double)heap * c->growth_fraction), c->segment_rounding);
+    size_t size = twice > c->growth_min ? twice : c->growth_min;
+    size = own > size ? own : size;
+    return twice && size < shared ? size : 0;
+}
+
 /* The policy's size of a segment to hold `granted` bytes in arena a (PyTorch-like under EXACT:
  * small segments, medium segments, large ones rounded; GEOMETRIC above). */
 static size_t policy_segment_size(const gm_pool *pool, const gm_arena *a, size_t granted)
@@ -44,6 +70,9 @@ static size_t policy_segment_size(const gm_pool *pool, const gm_arena *a, size_t
     const gm_config *c = &pool->cfg;
     if (c->growth == GM_GROWTH_GEOMETRIC) {
         size_t shared = geometric_segment_size(pool, a);
+        size_t minor = minor_heap_segment_size(pool, a, granted, shared);
+        if (minor)
+            return minor;
         bool fits = a->kind == ARENA_SMALL ? granted <= c->small_segment_bytes
                                            : granted < shared / 2;
         if (fits)

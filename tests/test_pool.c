@@ -747,6 +747,48 @@ static void test_geometric_growth(void)
     gm_backend_destroy(be);
 }
 
+/* A stream whose heap holds under half of what the pool reserved grows by its own needs, not
+ * the pool's: room for the request twice (at least growth_min), or growth_fraction of its own
+ * heap when that is more; the stream that holds most of the pool keeps the pool-wide size. */
+static void test_side_stream_growth(void)
+{
+    gm_backend *be = sim_new(0, 0, 0);
+    gm_stream side;
+    CHECK_OK(gm_sim_stream_create(be, &side));
+    gm_config cfg = {0};
+    cfg.cache_disable = 1;
+    gm_pool *p = pool_new(be, &cfg);
+    void *big[4], *a, *b, *c, *d, *m;
+    for (int i = 0; i < 4; i++) /* the main stream: 4 GiB in segments of their own */
+        CHECK_OK(gm_alloc(p, 1024 * MiB, NULL, &big[i]));
+    size_t base = stats_of(p).reserved_bytes;
+    CHECK_EQ_U(base, 4096 * MiB);
+    /* the side stream's first 40 MiB buffer: an 80 MiB segment, where the pool-wide size is
+     * 3/8 of 4 GiB capped at growth_max = 1 GiB */
+    CHECK_OK(gm_alloc(p, 40 * MiB, side, &a));
+    CHECK_EQ_U(stats_of(p).reserved_bytes, base + 80 * MiB);
+    CHECK_OK(gm_alloc(p, 40 * MiB, side, &b)); /* the second one shares it */
+    CHECK_EQ_U(stats_of(p).segments, 5);
+    /* a small request: growth_min (64 MiB), the floor */
+    CHECK_OK(gm_alloc(p, 5 * MiB, side, &c));
+    CHECK_EQ_U(stats_of(p).reserved_bytes, base + 144 * MiB);
+    /* a request of 200 MiB: 400 MiB; then 3/8 of the heap's own 544 MiB (204 MiB) is more
+     * than twice a 10 MiB request, and under the pool-wide size */
+    CHECK_OK(gm_alloc(p, 200 * MiB, side, &d));
+    CHECK_EQ_U(stats_of(p).reserved_bytes, base + 544 * MiB);
+    void *e, *f;
+    CHECK_OK(gm_alloc(p, 200 * MiB, side, &e)); /* fills the 400 MiB segment */
+    CHECK_OK(gm_alloc(p, 60 * MiB, side, &f));  /* 59 MiB left in the 64: a new one */
+    CHECK_EQ_U(stats_of(p).reserved_bytes, base + 544 * MiB + 204 * MiB);
+    /* the main stream still grows by the pool: 3/8 of 4.7 GiB, capped at 1 GiB */
+    CHECK_OK(gm_alloc(p, 62 * MiB, NULL, &m));
+    CHECK_EQ_U(stats_of(p).reserved_bytes, base + 748 * MiB + 1024 * MiB);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_destroy_force(p));
+    CHECK_OK(gm_sim_stream_destroy(be, side));
+    gm_backend_destroy(be);
+}
+
 /* The small arena doubles: each new small segment is at least as large as the arena already is
  * (until the geometric share of the pool, capped at growth_max / 32, takes over). */
 static void test_small_arena_doubles(void)
@@ -917,6 +959,7 @@ int main(void)
     }
     test_vmm_unmap_thread();
     test_geometric_growth();
+    test_side_stream_growth();
     test_small_arena_doubles();
     test_geometric_growth_near_capacity();
     test_release_no_larger_than_growth();
