@@ -10,7 +10,8 @@
 #     gpumem mode once on the sim (sim vs GPU reserved/live);
 #  budget: the smallest budgets: bench/torch_min_budget.py for both PyTorch allocators, and
 #     `gpumem replay --min-budget --backend cuda` in the three modes, on every trace.
-# PARTS (default "replay budget") picks the parts. Every figure is one line in OUT/vmm_gpu.log;
+# PARTS (default "replay budget") picks the parts, MODES (default "plain vmm vmm-backend")
+# the gpumem modes. Every figure is one line in OUT/vmm_gpu.log;
 # bench/vmm_gpu_summary.py takes the medians.
 # usage: [PARTS=...] bench/vmm_gpu.sh BUILD_DIR OUT [REPS]   (BUILD_DIR holds tools/gpumem/gpumem)
 set -u
@@ -27,7 +28,7 @@ exec > >(tee -a "$LOG") 2>&1
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 TRACES=("$ROOT"/traces/*.csv.gz)
-MODES=(plain vmm vmm-backend)
+read -r -a MODES <<<"${MODES:-plain vmm vmm-backend}"
 mode_args() { # MODE -> the gpumem replay options of that mode
     case $1 in
     plain) echo --segments plain ;;

@@ -85,7 +85,8 @@ typedef enum key_type {
     X("growth", K_GROWTH, growth, "default (geometric)",                                         \
       "plain segment sizing: geometric (a fraction of what is reserved), exact (PyTorch's)")    \
     X("growth_fraction", K_FRACTION, growth_fraction, "0.375",                                  \
-      "geometric: a new shared segment is this fraction of the reserved bytes")                 \
+      "geometric: a new shared segment is this fraction of the reserved bytes (a stream "      \
+      "holding under half of them: of its own, or twice the request)")                          \
     X("growth_min", K_SIZE, growth_min, "64MiB",                                                \
       "geometric: smallest shared segment for large requests")                                  \
     X("growth_max", K_SIZE, growth_max, "1GiB",                                                 \
