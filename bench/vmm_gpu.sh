@@ -61,8 +61,7 @@ gpumem_once() { # LABEL REP TRACE ARGS...
     shift 3
     "$GM" replay --no-progress --json "$@" "$t" | python3 -c 'import json, sys
 d = json.load(sys.stdin)
-c = d["device_calls"]
-mem = sum(c.get(k, 0) for k in ("mem_alloc", "mem_free", "va_reserve", "va_release", "phys_create", "phys_release", "map", "unmap"))
+mem = d["memory_calls"]
 print("gpumem[%s] #%s %s reserved/live %.4f ns/op %.1f device %.2f ms memory-calls %d per-1000-ops %.2f" % (
     sys.argv[1], sys.argv[2], d["trace"].split("/")[-1], d["reserved_over_live"], d["ns_per_op"],
     d["timed_device_time_ns"] / 1e6, mem, 1000.0 * mem / max(1, d["ops"])))' "$label" "$rep"

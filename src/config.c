@@ -158,7 +158,8 @@ typedef enum key_type {
     X("sim.devices", K_UNSIGNED, devices, "1 (torch shim: 8)",                                  \
       "simulated devices in the machine, 1 to 64 (choose one with --device)")                   \
     X("sim.kernel_ns", K_UNSIGNED, kernel_ns, "0 (work completes at once)",                     \
-      "each simulated kernel runs this many ns after the stream's previous one (replay: one per allocation, the clock following the trace's Time)")
+      "each simulated kernel runs this many ns after the stream's previous one (replay: one "    \
+      "per allocation, the clock following the trace's Time)")
 
 #define PUBLIC_ROW(key, type, field, def, help) {key, TN_##type, def, help},
 static const gm_config_key pool_keys[] = {POOL_KEYS(PUBLIC_ROW)};

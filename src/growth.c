@@ -51,10 +51,12 @@ static size_t minor_heap_segment_size(const gm_pool *pool, const gm_arena *a, si
                                       size_t shared)
 {
     const gm_config *c = &pool->cfg;
+    if (a->kind == ARENA_SMALL)
+        return 0;
     size_t heap = 0;
     for (int k = 0; k < ARENA_COUNT; k++)
         heap += a->heap->arenas[k].span_bytes;
-    if (a->kind == ARENA_SMALL || heap >= pool->reserved_bytes / 2)
+    if (heap >= pool->reserved_bytes / 2)
         return 0;
     size_t twice = granted <= SIZE_MAX / 2 ? round_up(2 * granted, c->segment_rounding) : 0;
     size_t own = round_up((size_t)((double)heap * c->growth_fraction), c->segment_rounding);

@@ -30,15 +30,6 @@ member() { # member JSON_FILE KEY
         END { if (!found) print "-" }' "$1"
 }
 
-# Memory calls (reserve, create, map, unmap, release) in the report's "device_calls" object.
-memcalls() { # memcalls JSON_FILE
-    awk '/^  "device_calls": \{/ { on = 1; next } on && /^  \}/ { exit }
-        on { k = $1; gsub(/[":]/, "", k); v = $2; sub(/,$/, "", v)
-             if (k ~ /^(mem_alloc|mem_free|va_reserve|va_release|phys_create|phys_release|map|unmap)$/)
-                 n += v }
-        END { print n + 0 }' "$1"
-}
-
 # Modes: plain (the default), vmm (--segments vmm), backend (gpumem.torch's placement on a
 # device with VMM, its unmapping thread left out so that the figures repeat run to run).
 VMM_ARGS="--segments vmm"
@@ -69,7 +60,7 @@ for name in $(echo "$ANCHORS" | awk '{print $1}'); do
         "$(member "$BUILD/reports/$name.backend.json" reserved_over_live)" "$1" "$2" "$3"
     row=$(printf '%-14s' "$name")
     for f in "$json" "$BUILD/reports/$name.vmm.json" "$BUILD/reports/$name.backend.json"; do
-        row="$row$(awk -v c="$(memcalls "$f")" -v o="$(member "$f" ops)" \
+        row="$row$(awk -v c="$(member "$f" memory_calls)" -v o="$(member "$f" ops)" \
             -v t="$(member "$f" device_time_ns)" \
             'BEGIN { printf " %8.2f %7.1f ms", 1000 * c / o, t / 1e6 }')"
     done

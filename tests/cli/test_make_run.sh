@@ -34,6 +34,7 @@ for args in "" "--segments vmm" "--segments vmm --set cache_disable=1 --set vmm_
 d = json.load(open(sys.argv[1]))
 c = sum(d["device_calls"][k] for k in ("mem_alloc", "mem_free", "va_reserve", "va_release",
                                        "phys_create", "phys_release", "map", "unmap"))
+assert d["memory_calls"] == c, (d["memory_calls"], c)  # the report sums those kinds
 print("%.3f %.2f %.1f" % (d["reserved_over_live"], 1000 * c / d["ops"], d["device_time_ns"] / 1e6))' \
         "$T/out")
     # reserved/live: columns 2 (plain), 4 (vmm), 5 (backend) of the first table's row
