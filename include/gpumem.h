@@ -301,7 +301,10 @@ typedef enum gm_evict {
 /* Called on the out-of-memory ladder's fourth step, after the cache was evicted and free memory
  * released: the program may free memory (it may call gm_free on this pool; no pool lock is
  * held). Return nonzero to have the allocation retried, zero to let it fail. Called at most
- * GM_OOM_RETRIES times for one allocation. */
+ * GM_OOM_RETRIES times for one allocation. It may allocate on this pool too: an allocation
+ * made inside it that runs out of memory is not given the callback again (per thread and
+ * pool; it would recurse), and fails with GM_ERR_OUT_OF_MEMORY (or succeeds if memory
+ * appeared). */
 typedef int (*gm_oom_fn)(void *user, gm_pool *pool, size_t size, gm_stream stream);
 #define GM_OOM_RETRIES 3
 
@@ -472,7 +475,9 @@ GM_API gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **o
  * and gm_trim(pool, 0) has returned, or after gm_pool_destroy. The same holds for the streams
  * of gm_alloc, gm_record_stream and the defragmentation calls.
  * Fails, keeping the pool intact: GM_ERR_INVALID_ARGUMENT (pool NULL), GM_ERR_DOUBLE_FREE
- * (already freed), GM_ERR_UNKNOWN_POINTER (NULL, foreign or interior pointer). O(1).
+ * (already freed, its block still whole in the pool), GM_ERR_UNKNOWN_POINTER (NULL, foreign
+ * or interior pointer, a pointer this pool never returned, or a freed one whose block has
+ * merged with free neighbours since: the message says so). O(1).
  * Thread-safe. */
 GM_API gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream);
 
@@ -781,7 +786,9 @@ GM_API gm_status gm_pool_set_error_callback(gm_pool *pool, gm_error_fn fn, void 
 GM_API gm_status gm_pool_config(gm_pool *pool, gm_config *out);
 
 /* Short static names of config enums ("tlsf", "vmm", "before_grow", "geometric", "approx",
- * "lru"), and the reverse lookups (return GM_ERR_INVALID_ARGUMENT for unknown names). */
+ * "lru"), and the reverse lookups (GM_ERR_INVALID_ARGUMENT, with the message in
+ * gm_last_error(NULL), for an unknown or NULL name and a NULL out; *out written only on
+ * success). */
 GM_API const char *gm_strategy_str(gm_strategy s);
 GM_API const char *gm_segments_str(gm_segments s);
 GM_API const char *gm_release_str(gm_release r);
@@ -878,8 +885,10 @@ GM_API size_t gm_sim_config_format(const gm_sim_config *cfg, char *buf, size_t l
  * GM_TRACE_PATH_BYTES: cfg then unchanged). */
 GM_API gm_status gm_config_trace_for_device(gm_config *cfg, int device);
 
-/* Parse a byte size as the keys above read it ("4096", "256K", "2MiB", "1.5G"). Fails:
- * GM_ERR_INVALID_ARGUMENT (NULL, not a size, fractions of a byte, beyond SIZE_MAX). */
+/* Parse a byte size as the keys above read it ("4096", "256K", "2MiB", "1.5G"; a fraction is
+ * rounded to the nearest byte). Fails: GM_ERR_INVALID_ARGUMENT, with the reason in
+ * gm_last_error(NULL) (NULL, not a size, fractions of a byte, a value that is not 0 but rounds
+ * to 0 bytes such as "0.0001K" -- 0 means "the default" --, beyond SIZE_MAX). */
 GM_API gm_status gm_size_parse(const char *text, size_t *out);
 
 #ifdef __cplusplus

@@ -91,6 +91,7 @@ static GM_INLINE gm_status alloc_request_locked(gm_pool *pool, const gm_request 
     b->handle = handle;
     b->tag = stream;
     b->requested = size;
+    b->handed_out = 1; /* for a later free's diagnosis (error.c) */
     live_shard *sh = shard_of(pool, b->addr);
     bool shared = live_map_shared_locked(pool);
     if (shared)
@@ -153,7 +154,7 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_alloc", "pool or out is NULL");
     if (!out)
-        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_alloc", "pool or out is NULL");
+        return fail_arg(pool, "gm_alloc", "out is NULL");
     gm_request rq;
     pool_request(pool, size, &rq);
     /* Size 0 needs no test here: its granted size is 0, which no thread-cache entry has, so

@@ -254,29 +254,31 @@ gm_status gm_config_trace_for_device(gm_config *cfg, int device)
     return GM_OK;
 }
 
-gm_status gm_size_parse(const char *text, size_t *out)
+/* gm_size_parse's reading; NULL on success, else why the text is not a size. A nonzero value
+ * that rounds to 0 bytes ("0.0001K") is refused: 0 means "the default" to every key, so the
+ * setting would silently become something else than what was asked for (rounding up to 1 byte
+ * would keep a setting nobody meant either). Other fractions go to the nearest byte. */
+static const char *size_read(const char *text, size_t *out)
 {
     static const struct {
         const char *suffix;
         unsigned shift;
     } units[] = {{"", 0},   {"B", 0},     {"K", 10},    {"M", 20},    {"G", 30},
                  {"T", 40}, {"KiB", 10},  {"MiB", 20},  {"GiB", 30},  {"TiB", 40}};
-    if (!text || !out)
-        return GM_ERR_INVALID_ARGUMENT;
     const char *p = text;
     if (!isdigit((unsigned char)*p))
-        return GM_ERR_INVALID_ARGUMENT;
+        return "not a size (want digits, then an optional unit)";
     size_t whole = 0;
     for (; isdigit((unsigned char)*p); p++) {
         size_t d = (size_t)(*p - '0');
         if (whole > (SIZE_MAX - d) / 10)
-            return GM_ERR_INVALID_ARGUMENT;
+            return "beyond SIZE_MAX";
         whole = whole * 10 + d;
     }
     double frac = 0, scale = 0.1;
     if (*p == '.') {
         if (!isdigit((unsigned char)*++p))
-            return GM_ERR_INVALID_ARGUMENT;
+            return "not a size (want digits after the decimal point)";
         for (; isdigit((unsigned char)*p); p++, scale /= 10)
             frac += (*p - '0') * scale;
     }
@@ -285,14 +287,28 @@ gm_status gm_size_parse(const char *text, size_t *out)
             continue;
         unsigned shift = units[i].shift;
         if (!shift && frac != 0)
-            return GM_ERR_INVALID_ARGUMENT; /* a fraction of a byte */
+            return "a fraction of a byte";
         /* whole << shift plus up to 1 << shift for the fraction must fit */
         if (shift && whole > (SIZE_MAX >> shift) - 1)
-            return GM_ERR_INVALID_ARGUMENT;
-        *out = (whole << shift) + (size_t)llround(frac * (double)((size_t)1 << shift));
-        return GM_OK;
+            return "beyond SIZE_MAX";
+        size_t bytes = (whole << shift) + (size_t)llround(frac * (double)((size_t)1 << shift));
+        if (bytes == 0 && frac != 0)
+            return "not 0 but rounds to 0 bytes (0 would mean the default)";
+        *out = bytes;
+        return NULL;
     }
-    return GM_ERR_INVALID_ARGUMENT;
+    return "not a size (unknown unit; want K, M, G, T, KiB, MiB, GiB, TiB or B)";
+}
+
+gm_status gm_size_parse(const char *text, size_t *out)
+{
+    if (!text || !out)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_size_parse",
+                            !text ? "text is NULL" : "out is NULL");
+    const char *why = size_read(text, out);
+    if (why)
+        return config_fail("gm_size_parse", "\"%.64s\": %s", text, why);
+    return GM_OK;
 }
 
 static bool parse_bool(const char *v, int *out)
@@ -322,12 +338,15 @@ static bool parse_whole(const char *v, uint64_t max, uint64_t *out)
     return true;
 }
 
+/* A finite number. strtod says ERANGE for a denormal result too ("5e-324"), which is a value
+ * gm_config_format writes: accepted when it is not 0 (a true underflow, "1e-400", is refused,
+ * as an overflow is). */
 static bool parse_double(const char *v, double *out)
 {
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (end == v || *end || errno == ERANGE || !isfinite(x))
+    if (end == v || *end || !isfinite(x) || (errno == ERANGE && x == 0))
         return false;
     *out = x;
     return true;
@@ -387,7 +406,7 @@ static bool value_parse(key_type t, const char *v, void *f)
     unsigned count;
     switch (t) {
     case K_SIZE:
-        return gm_size_parse(v, f) == GM_OK;
+        return size_read(v, f) == NULL;
     case K_UNSIGNED:
         if (!parse_whole(v, UINT32_MAX, &u) || u > UINT_MAX)
             return false;

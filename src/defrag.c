@@ -316,6 +316,7 @@ static bool move_block_locked(gm_pool *pool, gm_arena *a, gm_block *c, gm_block 
         return false;
     }
     pool->handles[nb->handle - 1].block = nb;
+    nb->handed_out = 1; /* gm_handle_ptr gives the program this address now */
     uintptr_t old = c->addr;
     size_t bytes = nb->requested;
     block_release_locked(pool, c); /* coalesces; may release its segment (eager policy) */
@@ -439,7 +440,7 @@ void defrag_fini(gm_pool *pool)
 gm_status gm_alloc_movable(gm_pool *pool, size_t size, gm_stream stream, gm_handle **out)
 {
     if (!pool || !out)
-        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_alloc_movable", "pool or out is NULL");
+        return fail_arg(pool, "gm_alloc_movable", "pool or out is NULL");
     gm_mutex_lock(&pool->lock);
     uint32_t i = 0;
     gm_status st = slot_new_locked(pool, &i);
@@ -461,7 +462,7 @@ gm_status gm_alloc_movable(gm_pool *pool, size_t size, gm_stream stream, gm_hand
 gm_status gm_handle_ptr(gm_pool *pool, const gm_handle *h, void **out)
 {
     if (!pool || !out)
-        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_handle_ptr", "pool or out is NULL");
+        return fail_arg(pool, "gm_handle_ptr", "pool or out is NULL");
     gm_mutex_lock(&pool->lock);
     uint32_t i = 0;
     gm_status st = lookup_locked(pool, h, "gm_handle_ptr", false, &i);

@@ -68,18 +68,22 @@ static const char *name_of(const char *const *names, unsigned count, unsigned v)
     return v < count ? names[v] : "unknown";
 }
 
-static gm_status parse_name(const char *const *names, unsigned count, const char *name,
-                            unsigned *out)
+static gm_status parse_name(const char *fn, const char *const *names, unsigned count,
+                            const char *name, unsigned *out)
 {
-    if (!name || !out)
-        return GM_ERR_INVALID_ARGUMENT;
+    if (!name)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, fn, "name is NULL");
     for (unsigned i = 0; i < count; i++) {
         if (strcmp(names[i], name) == 0) {
             *out = i;
             return GM_OK;
         }
     }
-    return GM_ERR_INVALID_ARGUMENT;
+    char why[160];
+    size_t used = (size_t)snprintf(why, sizeof why, "unknown name \"%.40s\"; valid:", name);
+    for (unsigned i = 0; i < count && used < sizeof why; i++)
+        used += (size_t)snprintf(why + used, sizeof why - used, " %s", names[i]);
+    return fail_no_pool(GM_ERR_INVALID_ARGUMENT, fn, why);
 }
 
 const char *gm_strategy_str(gm_strategy s)
@@ -112,7 +116,9 @@ const char *gm_evict_str(gm_evict e)
     gm_status fn(const char *name, type *out)                                                   \
     {                                                                                           \
         unsigned v = 0;                                                                         \
-        gm_status st = parse_name(names, count, name, &v);                                      \
+        if (!out) /* the out-parameter is written only on success, and never through NULL */   \
+            return fail_no_pool(GM_ERR_INVALID_ARGUMENT, #fn, "out is NULL");                   \
+        gm_status st = parse_name(#fn, names, count, name, &v);                                 \
         if (st == GM_OK)                                                                        \
             *out = (type)v;                                                                     \
         return st;                                                                              \
@@ -175,6 +181,17 @@ gm_status pool_unlock(gm_pool *pool, gm_status st)
     return st;
 }
 
+/* A public call refused its arguments: with a pool, the pool records the message (so that
+ * gm_last_error(pool) gives it, not the pool's previous one) and the error callback hears of
+ * it; without, this thread's no-pool message. */
+GM_COLD gm_status fail_arg(gm_pool *pool, const char *fn, const char *what)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, fn, what);
+    gm_mutex_lock(&pool->lock);
+    return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT, "%s: %s", fn, what));
+}
+
 const char *gm_last_error(gm_pool *pool)
 {
     if (!pool && backend_error_newer(tls_error_at)) { /* e.g. a backend that did not open */
@@ -211,10 +228,23 @@ gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char
                 for (gm_block *b = s->first; b; b = b->phys_next) {
                     if (addr < b->addr || addr - b->addr >= b->size)
                         continue;
-                    if (b->flags & (BLOCK_FREE | BLOCK_PENDING | BLOCK_CACHED | BLOCK_THREAD))
+                    /* Cached, pending and thread-cached blocks are freed blocks, whole. A
+                     * free block on its strategy's lists was returned at this address if its
+                     * record says so (handed_out); elsewhere in free memory the pool cannot
+                     * tell a pointer it never returned from one whose block has merged with
+                     * free neighbours since its free: not called a double free. */
+                    if (b->flags & (BLOCK_PENDING | BLOCK_CACHED | BLOCK_THREAD) ||
+                        (b->flags & BLOCK_FREE && addr == b->addr && b->handed_out))
                         return pool_fail_locked(pool, GM_ERR_DOUBLE_FREE,
                                                 "%s: %p is not live: it was already freed "
                                                 "(double free)", fn, (void *)addr);
+                    if (b->flags & BLOCK_FREE)
+                        return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
+                                                "%s: %p is not a live block: it lies in free "
+                                                "memory of this pool where no block it returned "
+                                                "starts (a pointer it never returned, or one "
+                                                "whose block was freed and has merged with free "
+                                                "neighbours since)", fn, (void *)addr);
                     return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
                                             "%s: %p is an interior pointer into the live block "
                                             "%p of %zu bytes", fn, (void *)addr,

@@ -103,6 +103,11 @@ typedef struct gm_block {
                                relaxed store does, without a locked instruction */
     uint16_t cache_class;  /* cached: its size class and bucket, set when filed (cache.c), so */
     uint8_t cache_bucket;  /* unfiling need not recompute them; stale otherwise */
+    uint8_t handed_out;    /* this record's address was returned to the program since the
+                              record began at it (set by the allocation, cleared by a split
+                              that makes the record; a merge keeps the left record's): a free
+                              block with it set is a double free's target, without it a
+                              pointer the pool never returned there (error.c) */
     uint16_t free_class;   /* free (tlsf): the list it is filed on, set when filed, so that
                               unfiling need not recompute it; stale otherwise */
 } gm_block;
@@ -678,6 +683,9 @@ gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 gm_status pool_unlock(gm_pool *pool, gm_status st); /* unlock; publish a failure */
 gm_status fail_no_pool(gm_status st, const char *fn, const char *what);
+/* GM_ERR_INVALID_ARGUMENT for a public call's bad arguments: recorded by the pool when there is
+ * one (gm_last_error(pool), the error callback), else as fail_no_pool. */
+gm_status fail_arg(gm_pool *pool, const char *fn, const char *what);
 /* Explain why `addr` is not a live block of this pool (double free, interior, foreign). */
 gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn);
 /* "1.50 GiB" (binary units; whole bytes below 1 KiB) into buf: messages and gm_pool_summary. */

@@ -70,6 +70,25 @@ static GM_COLD gm_status fail_oom_locked(gm_pool *pool, size_t size, gm_stream s
         pool->backend->caps.capacity);
 }
 
+/* The pools whose out-of-memory callback this thread is inside, innermost first (frames on
+ * the callers' stacks). An allocation the callback makes on the same pool that runs out of
+ * memory too does not call the callback again: it recursed until the stack overflowed. The
+ * nested allocation goes through the ladder's other steps and fails (or succeeds, if memory
+ * appeared); other threads, and other pools, still get their callbacks. */
+typedef struct oom_frame {
+    const gm_pool *pool;
+    struct oom_frame *outer;
+} oom_frame;
+static _Thread_local oom_frame *tls_oom_frames;
+
+static bool in_oom_callback(const gm_pool *pool)
+{
+    for (const oom_frame *f = tls_oom_frames; f; f = f->outer)
+        if (f->pool == pool)
+            return true;
+    return false;
+}
+
 /* The out-of-memory ladder (DESIGN.md §2, issue 5): each step frees what it can and the
  * allocation is retried. 1 evict the cache; 2 wait for pending frees and release wholly free
  * segments and idle pages; 3 defragment (the hook the defragmentation layer fills); 4 the
@@ -99,12 +118,16 @@ static GM_COLD gm_status oom_ladder_locked(gm_pool *pool, gm_arena **ap, size_t 
         (st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
         return st;
     pool->oom_ladder[3]++;
-    for (int retry = 0; retry < GM_OOM_RETRIES && pool->cfg.oom_callback; retry++) {
+    bool nested = pool->cfg.oom_callback && in_oom_callback(pool);
+    for (int retry = 0; retry < GM_OOM_RETRIES && pool->cfg.oom_callback && !nested; retry++) {
         gm_oom_fn fn = pool->cfg.oom_callback;
         void *user = pool->cfg.oom_user;
+        oom_frame frame = {pool, tls_oom_frames};
+        tls_oom_frames = &frame;
         gm_mutex_unlock(&pool->lock);
         int again = fn(user, pool, size, stream);
         gm_mutex_lock(&pool->lock);
+        tls_oom_frames = frame.outer;
         a = *ap = &pool->heaps[heap].arenas[kind];
         if (!again)
             break;
@@ -165,11 +188,18 @@ GM_COLD gm_status alloc_missed_locked(gm_pool *pool, gm_arena *a, const gm_reque
     size_t size = rq->size, granted = rq->granted;
     if (st == GM_ERR_OUT_OF_MEMORY)
         st = oom_ladder_locked(pool, &a, size, granted, stream, out);
-    if (st == GM_ERR_OUT_OF_MEMORY)
+    if (st == GM_ERR_OUT_OF_MEMORY) {
+        bool limit = growth_over_limit_locked(pool, a, granted);
+        if (pool->cfg.oom_callback && in_oom_callback(pool)) /* said, as it changes the steps */
+            return fail_oom_locked(pool, size, stream,
+                                   limit ? "the reserve limit is reached (the out-of-memory "
+                                           "callback was not called: this allocation came "
+                                           "from inside it)"
+                                         : "the device is full (the out-of-memory callback was "
+                                           "not called: this allocation came from inside it)");
         return fail_oom_locked(pool, size, stream,
-                               growth_over_limit_locked(pool, a, granted)
-                                   ? "the reserve limit is reached"
-                                   : "the device is full");
+                               limit ? "the reserve limit is reached" : "the device is full");
+    }
     if (st == GM_OK)
         pool->error_fresh = false; /* what a step of the ladder recorded is not this call's */
     else if (st == GM_ERR_HOST_MEMORY && !pool->error_fresh)

@@ -57,7 +57,7 @@ static size_t effective_limit(const gm_config *c, size_t capacity)
 gm_status gm_pool_config(gm_pool *pool, gm_config *out)
 {
     if (!pool || !out)
-        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_config", "NULL argument");
+        return fail_arg(pool, "gm_pool_config", "pool or out is NULL");
     gm_mutex_lock(&pool->lock);
     *out = pool->cfg;
     out->error_callback = pool->error_fn;
@@ -291,10 +291,13 @@ gm_status gm_trim(gm_pool *pool, size_t keep_bytes)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_trim", "pool is NULL");
     gm_mutex_lock(&pool->lock);
     gm_status st = drain_locked(pool);
-    if (st != GM_OK) /* the streams' work may still use what they freed: it stays reserved */
-        st = pool_fail_locked(pool, st, "gm_trim: a stream that freed memory could not be "
-                              "synchronized, so its memory stays reserved: %s",
-                              gm_backend_last_error());
+    /* The streams' work may still use what they freed: it stays reserved. GM_ERR_BACKEND
+     * whatever the device said (the sim says GM_ERR_INVALID_ARGUMENT for a stream destroyed
+     * too early): gm_trim's own arguments were fine, a device call failed. */
+    if (st != GM_OK)
+        st = pool_fail_locked(pool, GM_ERR_BACKEND, "gm_trim: a stream that freed memory could "
+                              "not be synchronized, so its memory stays reserved: %s (%s)",
+                              gm_backend_last_error(), gm_status_str(st));
     release_free_memory_locked(pool, keep_bytes, SIZE_MAX);
     if (keep_bytes == 0) /* also give back virtual ranges that hold nothing */
         for (size_t h = 0; h < pool->heap_count; h++)

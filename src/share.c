@@ -255,7 +255,7 @@ static gm_status export_locked(gm_pool *pool, gm_block *b, gm_ipc_handle *out)
 gm_status gm_ipc_export(gm_pool *pool, void *ptr, gm_ipc_handle *out)
 {
     if (!pool || !out)
-        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_ipc_export", "pool or out is NULL");
+        return fail_arg(pool, "gm_ipc_export", "pool or out is NULL");
     gm_mutex_lock(&pool->lock);
     live_shard *sh = shard_of(pool, (uintptr_t)ptr);
     spin_lock(&sh->lock);
@@ -282,7 +282,7 @@ gm_status share_free_exported_locked(gm_pool *pool, gm_block *b, gm_stream strea
 gm_status gm_ipc_release(gm_pool *pool, const gm_ipc_handle *handle)
 {
     if (!pool || !handle)
-        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_ipc_release", "pool or handle is NULL");
+        return fail_arg(pool, "gm_ipc_release", "pool or handle is NULL");
     ipc_wire w;
     bool ours = wire_read(handle, &w);
     gm_mutex_lock(&pool->lock);

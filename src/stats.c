@@ -73,7 +73,7 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
 gm_status gm_pool_stats(gm_pool *pool, gm_stats *out)
 {
     if (!pool || !out)
-        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_stats", "pool or out is NULL");
+        return fail_arg(pool, "gm_pool_stats", "pool or out is NULL");
     gm_mutex_lock(&pool->lock);
     tcache_stop_world_locked(pool);
     pool_update_peaks_locked(pool);
@@ -165,7 +165,7 @@ static void snapshot_stats(jw *j, const gm_stats *st)
 gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
 {
     if (!pool || !write)
-        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_snapshot", "pool or writer is NULL");
+        return fail_arg(pool, "gm_pool_snapshot", "pool or writer is NULL");
     jw *j = gm_host_malloc(sizeof *j);
     gm_mutex_lock(&pool->lock);
     if (!j)

@@ -105,7 +105,7 @@ static void write_summary(text *t, const gm_stats *s, const gm_config *c)
 gm_status gm_pool_summary(gm_pool *pool, char *buf, size_t len)
 {
     if (!pool || !buf)
-        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_summary", "pool or buf is NULL");
+        return fail_arg(pool, "gm_pool_summary", "pool or buf is NULL");
     gm_stats s;
     gm_config c;
     gm_status st = gm_pool_stats(pool, &s);

@@ -6,6 +6,8 @@
  */
 #include "check.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -566,6 +568,106 @@ static void test_trace_for_device(void)
     CHECK_STR_CONTAINS(gm_last_error(NULL), "NULL");
 }
 
+
+/* gm_config_format's doubles read back exactly, every value the parser accepts: the parser
+ * refused denormals ("5e-324": strtod's ERANGE), which the format wrote. Fractions in [0, 1]
+ * and ratios in [0, DBL_MAX], the edges and 20,000 random bit patterns per key, through
+ * gm_config_get / gm_config_set and through the whole gm_config_format / gm_config_parse. */
+static void test_double_round_trip(void)
+{
+    static const char *const keys[] = {"growth_fraction", "cache_cap_live_ratio",
+                                       "defrag_threshold", "defrag_copy_bandwidth"};
+    static const double edges[] = {0.0, -0.0, 5e-324, DBL_TRUE_MIN, 2 * DBL_TRUE_MIN,
+                                   2.2250738585072009e-308, DBL_MIN, 1e-300, 0.1, 0.375,
+                                   0.9999999999999999, 1.0, 1.0000000000000002, 3.0, 1e300,
+                                   DBL_MAX};
+    uint64_t seed = 0x9E3779B97F4A7C15u;
+    unsigned bad = 0;
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        bool fraction = strstr(keys[k], "ratio") == NULL && strstr(keys[k], "bandwidth") == NULL;
+        for (int i = 0; i < 20000 + (int)(sizeof edges / sizeof edges[0]); i++) {
+            double d;
+            if (i < (int)(sizeof edges / sizeof edges[0])) {
+                d = edges[i];
+            } else {
+                seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+                uint64_t bits = seed & ~((uint64_t)1 << 63); /* non-negative */
+                if (i % 4 == 0)
+                    bits &= ((uint64_t)1 << 52) - 1; /* a denormal */
+                memcpy(&d, &bits, sizeof d);
+                if (fraction && i % 2)
+                    d = (double)(seed >> 11) / 9007199254740992.0; /* in [0, 1) */
+            }
+            if (!isfinite(d) || (fraction && d > 1.0))
+                continue; /* not a value of the key's type */
+            char text[64], back[64];
+            snprintf(text, sizeof text, "%.17g", d);
+            gm_config c = {0};
+            if (gm_config_set(&c, keys[k], text) != GM_OK) { /* %.17g reads back exactly */
+                if (bad++ < 5)
+                    fprintf(stderr, "%s=%s refused: %s\n", keys[k], text, gm_last_error(NULL));
+                continue;
+            }
+            gm_config again = {0};
+            if (gm_config_get(&c, keys[k], back, sizeof back) != GM_OK ||
+                gm_config_set(&again, keys[k], back) != GM_OK ||
+                memcmp(&c, &again, sizeof c) != 0) {
+                if (bad++ < 5)
+                    fprintf(stderr, "%s=%s did not read back (got \"%s\")\n", keys[k], text,
+                            back);
+                continue;
+            }
+            if (i % 97 == 0 || i < (int)(sizeof edges / sizeof edges[0])) { /* the whole text */
+                char all[4096];
+                gm_config whole = {0};
+                if (gm_config_format(&c, all, sizeof all) >= sizeof all ||
+                    gm_config_parse(&whole, all) != GM_OK || memcmp(&whole, &c, sizeof c) != 0)
+                    if (bad++ < 5)
+                        fprintf(stderr, "%s=%s: gm_config_format did not parse back\n",
+                                keys[k], text);
+            }
+        }
+    }
+    CHECK_EQ_U(bad, 0);
+    /* what still fails: values that are not the key's type, and an underflow to 0 */
+    gm_config c = {0};
+    CHECK_STATUS(gm_config_set(&c, "growth_fraction", "1e-400"), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_config_set(&c, "growth_fraction", "1.0000000000000002"),
+                 GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_config_set(&c, "cache_cap_live_ratio", "1e309"), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_config_set(&c, "cache_cap_live_ratio", "-5e-324"), GM_ERR_INVALID_ARGUMENT);
+    CHECK_OK(gm_config_set(&c, "cache_cap_live_ratio", "5e-324"));
+    CHECK(c.cache_cap_live_ratio == DBL_TRUE_MIN);
+}
+
+/* A size that is not zero but rounds to 0 bytes is refused, with a message (it gave 0, which
+ * every key reads as "the default"); one that rounds to a nonzero count of bytes is rounded to
+ * the nearest byte. 0 itself, with or without a unit, stays 0. */
+static void test_size_rounding_to_zero(void)
+{
+    size_t v = 77;
+    CHECK_STATUS(gm_size_parse("0.0001K", &v), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "0.0001K");
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "0 bytes");
+    CHECK_STATUS(gm_size_parse("0.0000000000001T", &v), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_size_parse("0.0004K", &v), GM_ERR_INVALID_ARGUMENT); /* 0.41 bytes */
+    CHECK_EQ_U(v, 77);
+    CHECK_OK(gm_size_parse("0.0005K", &v)); /* 0.512 bytes: 1 */
+    CHECK_EQ_U(v, 1);
+    CHECK_OK(gm_size_parse("0.0K", &v));
+    CHECK_EQ_U(v, 0);
+    CHECK_OK(gm_size_parse("0", &v));
+    CHECK_EQ_U(v, 0);
+    CHECK_OK(gm_size_parse("0.00000G", &v));
+    CHECK_EQ_U(v, 0);
+    CHECK_OK(gm_size_parse("1.0001K", &v)); /* 1024.1024: the nearest byte */
+    CHECK_EQ_U(v, 1024);
+    gm_config c = {0};
+    CHECK_STATUS(gm_config_set(&c, "reserve_limit", "0.0001K"), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "reserve_limit");
+    CHECK_EQ_U(c.reserve_limit_bytes, 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--docs") == 0) {
@@ -583,5 +685,7 @@ int main(int argc, char **argv)
     test_resolve();
     test_vmm_run_pages();
     test_trace_for_device();
+    test_double_round_trip();
+    test_size_rounding_to_zero();
     return check_summary();
 }

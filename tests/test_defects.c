@@ -11,11 +11,25 @@
  *   - the pool's error text was never cleared, so a failure that recorded nothing reported an
  *     older message; gm_pool_snapshot failed without a message;
  *   - gm_last_error(NULL) was empty after a backend failed to open.
+ * And the C API's edges (session 16):
+ *   - the six gm_*_parse functions wrote through a NULL out-parameter;
+ *   - an out-of-memory callback that allocated on its pool recursed until the stack overflowed;
+ *   - a never-allocated address at the start of a free block was called a double free;
+ *   - a NULL out-parameter left gm_last_error(pool) with the previous call's message;
+ *   - gm_trim returned the backend's GM_ERR_INVALID_ARGUMENT where its contract says
+ *     GM_ERR_BACKEND.
  */
 #include "sim_setup.h"
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/* Leave an unrelated message in gm_last_error(NULL), so that a call which records none shows. */
+static gm_status fail_no_pool_probe(void)
+{
+    gm_config c = {0};
+    return gm_config_set(&c, "no_such_key_probe", "1");
+}
 
 static const size_t KiB = 1024, MiB = (size_t)1 << 20, GiB = (size_t)1 << 30;
 
@@ -248,16 +262,23 @@ static void on_error(void *user, gm_status st, const char *message)
     snprintf(callback_text, sizeof callback_text, "%s", message);
 }
 
+/* A pool whose error callback is on_error, and a block of it allocated and freed (*p). */
+static gm_pool *pool_with_freed_block(gm_backend *be, void **p)
+{
+    gm_config cfg = {0};
+    cfg.error_callback = on_error;
+    gm_pool *pool = pool_new(be, &cfg);
+    REQUIRE_OK(gm_alloc(pool, 4 * KiB, NULL, p));
+    REQUIRE_OK(gm_free(pool, *p, NULL));
+    return pool;
+}
+
 /* A failure reports its own message, never an earlier one. */
 static void test_no_stale_messages(void)
 {
     gm_backend *be = sim_new(GiB, 0, 0);
-    gm_config cfg = {0};
-    cfg.error_callback = on_error;
-    gm_pool *pool = pool_new(be, &cfg);
     void *p = NULL;
-    REQUIRE_OK(gm_alloc(pool, 4 * KiB, NULL, &p));
-    REQUIRE_OK(gm_free(pool, p, NULL));
+    gm_pool *pool = pool_with_freed_block(be, &p);
     CHECK_STATUS(gm_free(pool, p, NULL), GM_ERR_DOUBLE_FREE); /* an earlier message */
     CHECK_STR_CONTAINS(gm_last_error(pool), "double free");
     callback_calls = 0;
@@ -294,6 +315,197 @@ static void test_backend_errors_reach_last_error(void)
     CHECK_STR_CONTAINS(gm_last_error(NULL), "65");
 }
 
+
+/* ---------------------------------------------------------------- the C API's edges */
+
+/* The enum parsers refuse a NULL out-parameter (they wrote through it) and a NULL or unknown
+ * name, each with a message. */
+static void test_parse_null_out(void)
+{
+    gm_status (*const parsers[])(const char *, void *) = {
+        (gm_status(*)(const char *, void *))gm_strategy_parse,
+        (gm_status(*)(const char *, void *))gm_segments_parse,
+        (gm_status(*)(const char *, void *))gm_release_parse,
+        (gm_status(*)(const char *, void *))gm_growth_parse,
+        (gm_status(*)(const char *, void *))gm_match_parse,
+        (gm_status(*)(const char *, void *))gm_evict_parse,
+    };
+    for (size_t i = 0; i < sizeof parsers / sizeof parsers[0]; i++) {
+        (void)fail_no_pool_probe();
+        CHECK_STATUS(parsers[i]("default", NULL), GM_ERR_INVALID_ARGUMENT);
+        CHECK_STR_CONTAINS(gm_last_error(NULL), "NULL");
+        (void)fail_no_pool_probe();
+        int v = -1;
+        CHECK_STATUS(parsers[i]("no-such-name", &v), GM_ERR_INVALID_ARGUMENT);
+        CHECK(v == -1); /* not written */
+        CHECK_STR_CONTAINS(gm_last_error(NULL), "no-such-name");
+        CHECK_STATUS(parsers[i](NULL, &v), GM_ERR_INVALID_ARGUMENT);
+        CHECK_STR_CONTAINS(gm_last_error(NULL), "NULL");
+        CHECK_OK(parsers[i]("default", &v));
+        CHECK_EQ_U(v, 0);
+    }
+    gm_strategy s;
+    CHECK_OK(gm_strategy_parse("slab", &s));
+    CHECK_EQ_U(s, GM_STRATEGY_SLAB);
+}
+
+/* An out-of-memory callback that allocates on its own pool: the nested allocation's ladder
+ * does not call the callback again (it recursed until the stack overflowed), it fails cleanly,
+ * and the outer allocation goes on. */
+static int nest_depth, nest_calls;
+static gm_status nest_status;
+static void *nest_big;
+
+static int alloc_inside_callback(void *user, gm_pool *pool, size_t size, gm_stream stream)
+{
+    (void)user;
+    nest_calls++;
+    if (++nest_depth > 4) { /* the old code recursed: stop it here, the test then fails */
+        nest_depth--;
+        return 0;
+    }
+    void *p = NULL;
+    gm_status st = gm_alloc(pool, size, stream, &p); /* no room yet: out of memory */
+    if (st == GM_OK)
+        (void)gm_free(pool, p, stream);
+    if (nest_calls == 1)
+        nest_status = st;
+    if (nest_big) { /* then make room, and ask for the retry */
+        (void)gm_free(pool, nest_big, NULL);
+        nest_big = NULL;
+    }
+    nest_depth--;
+    return 1;
+}
+
+static void test_oom_callback_reentry(void)
+{
+    for (int vmm = 0; vmm < 2; vmm++) {
+        gm_backend *be = sim_new(GiB, 0, 0);
+        gm_config cfg = {0};
+        cfg.segments = vmm ? GM_SEGMENTS_VMM : GM_SEGMENTS_PLAIN;
+        cfg.reserve_limit_bytes = 64 * MiB;
+        cfg.oom_callback = alloc_inside_callback;
+        gm_pool *pool = pool_new(be, &cfg);
+        nest_depth = nest_calls = 0;
+        nest_status = GM_OK;
+        REQUIRE_OK(gm_alloc(pool, 40 * MiB, NULL, &nest_big));
+        void *second = NULL;
+        CHECK_OK(gm_alloc(pool, 40 * MiB, NULL, &second));
+        CHECK_EQ_U(nest_calls, 1); /* the nested out-of-memory did not call it again */
+        CHECK_STATUS(nest_status, GM_ERR_OUT_OF_MEMORY);
+        CHECK_OK(gm_pool_check(pool));
+        if (second)
+            CHECK_OK(gm_free(pool, second, NULL));
+        /* a later out-of-memory outside the callback calls it again */
+        REQUIRE_OK(gm_alloc(pool, 40 * MiB, NULL, &nest_big));
+        nest_calls = 0;
+        CHECK_OK(gm_alloc(pool, 40 * MiB, NULL, &second));
+        CHECK_EQ_U(nest_calls, 1);
+        if (second)
+            CHECK_OK(gm_free(pool, second, NULL));
+        CHECK_OK(gm_pool_destroy(pool));
+        gm_backend_destroy(be);
+    }
+}
+
+/* A pointer this pool never returned is an unknown pointer, even where it starts a free block;
+ * a block freed twice is a double free, whether it waits in a cache or went back to the
+ * strategy. */
+static void test_never_allocated_is_unknown(void)
+{
+    for (int cached = 0; cached < 2; cached++) {
+        gm_backend *be = sim_new(GiB, 0, 0);
+        gm_config cfg = {0};
+        cfg.cache_disable = !cached; /* freed blocks straight back to the strategy, or cached */
+        gm_pool *pool = pool_new(be, &cfg);
+        void *a = NULL, *b = NULL;
+        REQUIRE_OK(gm_alloc(pool, 4 * KiB, NULL, &a));
+        REQUIRE_OK(gm_alloc(pool, 4 * KiB, NULL, &b));
+        /* b's end starts the segment's free remainder: never handed out */
+        void *never = (char *)b + 4 * KiB;
+        CHECK_STATUS(gm_free(pool, never, NULL), GM_ERR_UNKNOWN_POINTER);
+        CHECK(strstr(gm_last_error(pool), "double free") == NULL);
+        CHECK_STR_CONTAINS(gm_last_error(pool), "never");
+        /* inside the free remainder too */
+        CHECK_STATUS(gm_free(pool, (char *)never + 8 * KiB, NULL), GM_ERR_UNKNOWN_POINTER);
+        CHECK_STATUS(gm_record_stream(pool, never, NULL), GM_ERR_UNKNOWN_POINTER);
+        /* b freed twice: a double free, cached or back on the free lists */
+        REQUIRE_OK(gm_free(pool, b, NULL));
+        CHECK_STATUS(gm_free(pool, b, NULL), GM_ERR_DOUBLE_FREE);
+        CHECK_STR_CONTAINS(gm_last_error(pool), "double free");
+        REQUIRE_OK(gm_free(pool, a, NULL));
+        CHECK_STATUS(gm_free(pool, a, NULL), GM_ERR_DOUBLE_FREE);
+        CHECK_OK(gm_trim(pool, 0)); /* everything merged and given back */
+        CHECK_STATUS(gm_free(pool, a, NULL), GM_ERR_UNKNOWN_POINTER);
+        CHECK_OK(gm_pool_check(pool));
+        CHECK_OK(gm_pool_destroy(pool));
+        gm_backend_destroy(be);
+    }
+}
+
+/* Every failing entry point records its own message, a NULL out-parameter included: with a
+ * valid pool, gm_last_error(pool) gave the pool's previous message. */
+static void test_null_out_sets_message(void)
+{
+    gm_backend *be = sim_new(GiB, 0, 0);
+    void *p = NULL;
+    gm_pool *pool = pool_with_freed_block(be, &p);
+#define STALE_THEN(call, name)                                                                  \
+    do {                                                                                        \
+        CHECK_STATUS(gm_free(pool, p, NULL), GM_ERR_DOUBLE_FREE); /* the earlier message */     \
+        callback_calls = 0;                                                                     \
+        CHECK_STATUS(call, GM_ERR_INVALID_ARGUMENT);                                            \
+        CHECK_STR_CONTAINS(gm_last_error(pool), name);                                          \
+        CHECK(strstr(gm_last_error(pool), "double free") == NULL);                              \
+        CHECK_EQ_U(callback_calls, 1); /* the callback hears of it too */                      \
+    } while (0)
+    STALE_THEN(gm_alloc(pool, 4 * KiB, NULL, NULL), "gm_alloc");
+    STALE_THEN(gm_alloc_movable(pool, 4 * KiB, NULL, NULL), "gm_alloc_movable");
+    STALE_THEN(gm_handle_ptr(pool, (const gm_handle *)NULL, NULL), "gm_handle_ptr");
+    STALE_THEN(gm_pool_stats(pool, NULL), "gm_pool_stats");
+    STALE_THEN(gm_pool_config(pool, NULL), "gm_pool_config");
+    STALE_THEN(gm_pool_summary(pool, NULL, 0), "gm_pool_summary");
+    STALE_THEN(gm_pool_snapshot(pool, NULL, NULL), "gm_pool_snapshot");
+    STALE_THEN(gm_ipc_export(pool, p, NULL), "gm_ipc_export");
+    STALE_THEN(gm_ipc_release(pool, NULL), "gm_ipc_release");
+#undef STALE_THEN
+    /* the calls without a pool: gm_last_error(NULL) */
+    (void)fail_no_pool_probe();
+    CHECK_STATUS(gm_size_parse("lots", NULL), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "gm_size_parse");
+    size_t n = 0;
+    (void)fail_no_pool_probe();
+    CHECK_STATUS(gm_size_parse("lots", &n), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(NULL), "lots");
+    CHECK_OK(gm_pool_destroy(pool));
+    gm_backend_destroy(be);
+}
+
+/* gm_trim whose stream synchronization fails says GM_ERR_BACKEND, as its contract does (it
+ * passed on the backend's status: the sim's GM_ERR_INVALID_ARGUMENT for a destroyed stream,
+ * though the call's arguments were fine). The memory stays reserved. */
+static void test_trim_sync_failure_status(void)
+{
+    gm_backend *be = sim_new(GiB, 0, 0);
+    gm_config cfg = {0};
+    cfg.cache_disable = 1;
+    gm_pool *pool = pool_new(be, &cfg);
+    gm_stream s = NULL;
+    REQUIRE_OK(gm_sim_stream_create(be, &s));
+    void *p = NULL;
+    REQUIRE_OK(gm_alloc(pool, 4 * KiB, s, &p));
+    REQUIRE_OK(gm_free(pool, p, s));
+    gm_stats before = stats_of(pool);
+    REQUIRE_OK(gm_sim_stream_destroy(be, s)); /* the misuse that makes the sync fail */
+    CHECK_STATUS(gm_trim(pool, 0), GM_ERR_BACKEND);
+    CHECK_STR_CONTAINS(gm_last_error(pool), "could not be synchronized");
+    CHECK_EQ_U(stats_of(pool).reserved_bytes, before.reserved_bytes);
+    CHECK_OK(gm_pool_check(pool));
+    (void)gm_pool_destroy_force(pool);
+    gm_backend_destroy(be);
+}
+
 typedef struct named_test {
     const char *name;
     void (*fn)(void);
@@ -310,6 +522,11 @@ int main(int argc, char **argv)
         {"reserve_limit_message", test_reserve_limit_message},
         {"no_stale_messages", test_no_stale_messages},
         {"backend_errors_reach_last_error", test_backend_errors_reach_last_error},
+        {"parse_null_out", test_parse_null_out},
+        {"oom_callback_reentry", test_oom_callback_reentry},
+        {"never_allocated_is_unknown", test_never_allocated_is_unknown},
+        {"null_out_sets_message", test_null_out_sets_message},
+        {"trim_sync_failure_status", test_trim_sync_failure_status},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         bool run = argc < 2;

@@ -107,6 +107,8 @@ static inline gm_block *block_split_locked(block_records *r, gm_block *b, size_t
     rest->free_prev = rest->free_next = NULL;
     rest->span = b->span;
     rest->tag = 0;
+    rest->handed_out = 0; /* a new block start: never returned to the program (a spare record
+                             keeps what its last block had) */
     flags_set(rest, BLOCK_FREE);
     if (b->phys_next)
         b->phys_next->phys_prev = rest;
