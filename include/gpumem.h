@@ -352,7 +352,9 @@ typedef struct gm_config {
                                   shared size or more gets a segment of its own size */
 
     /* VMM. */
-    size_t vmm_reserve_bytes; /* virtual range reserved per arena; 0 = device capacity */
+    size_t vmm_reserve_bytes; /* virtual range reserved by each arena of the first stream's
+                                 heap; other streams' arenas start small (max(2 x request, 16
+                                 pages)) and double up to it; 0 = device capacity */
     unsigned vmm_run_pages;   /* most pages one device call creates and maps (1..16); 0 = 16.
                                  1 = page by page: the tightest memory, the most device calls
                                  (docs/benchmarks.md, "VMM pages in runs") */

@@ -17,6 +17,7 @@ bool arenas_init(gm_pool *pool, gm_arena *arenas, gm_heap *h)
         gm_arena *a = &arenas[k];
         a->heap = h;
         a->kind = k;
+        a->pool_idle_runs = &pool->vmm_idle_runs;
         a->idle_head = PAGE_NONE;
         a->ops = strategy_of(pool->cfg.strategy, k);
         if (a->ops->init(&pool->strat, a) != GM_OK) {
@@ -56,6 +57,30 @@ GM_COLD gm_heap *heap_add_locked(gm_pool *pool, gm_stream stream)
         pool->heap_count--;
         return NULL;
     }
+    return h;
+}
+
+GM_COLD gm_heap *heap_find_or_add_locked(gm_pool *pool, gm_stream stream)
+{
+    if (pool->heap_count > pool->heap_scan) { /* past the scanned heaps: the index */
+        size_t i = smap_get(&pool->heap_index, stream);
+        if (i != SIZE_MAX)
+            return &pool->heaps[i];
+        if (!smap_stream_key(stream)) /* the one stream the index cannot hold */
+            for (i = pool->heap_scan; i < pool->heap_count; i++)
+                if (pool->heaps[i].stream == stream)
+                    return &pool->heaps[i];
+    }
+    if (pool->heap_count >= HEAP_SCAN && !smap_reserve(&pool->heap_index))
+        return NULL; /* before the heap is added: nothing to undo */
+    gm_heap *h = heap_add_locked(pool, stream);
+    if (!h)
+        return NULL;
+    size_t i = (size_t)(h - pool->heaps);
+    if (i < HEAP_SCAN)
+        pool->heap_scan = i + 1;
+    else if (smap_stream_key(stream))
+        (void)smap_insert(&pool->heap_index, (smap_entry){smap_stream_key(stream), i}); /* room made */
     return h;
 }
 
@@ -156,8 +181,9 @@ static gm_block *vmm_place_clear(gm_pool *pool, gm_arena *a, gm_block *b, size_t
 __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_arena *a,
                                                            size_t granted, gm_block **out)
 {
+    pool->va_refused = 0; /* what this attempt's reservations meet is what its failure says */
     if (!a->spans) {
-        gm_status st = span_create_vmm_locked(pool, a);
+        gm_status st = span_create_vmm_locked(pool, a, granted);
         if (st != GM_OK)
             return st;
     }
@@ -166,6 +192,8 @@ __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_are
         b = a->ops->take(&pool->strat, a, granted);
     if (!b)
         b = arena_take_evicting_locked(pool, a, granted);
+    if (!b && vmm_grow_locked(pool, a, granted) == GM_OK) /* a side heap's ranges grow */
+        b = a->ops->take(&pool->strat, a, granted);
     if (!b) { /* no free run of addresses: stitch free pages into a new range */
         gm_status st = vmm_stitch_locked(pool, a, granted);
         if (st != GM_OK)

@@ -22,16 +22,25 @@ gm_status arena_alloc_plain_miss_locked(gm_pool *pool, gm_arena *a, size_t grant
  * block. */
 gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_arena *a, size_t granted, gm_block **out);
 
+/* heap_of_locked past the first HEAP_SCAN heaps: the stream's heap through the pool's hash
+ * index of streams, created (and indexed) on first use; NULL if host memory is exhausted. */
+GM_COLD gm_heap *heap_find_or_add_locked(gm_pool *pool, gm_stream stream);
+
+/* Heaps found by a scan before the hash index is asked: a program of one to a few streams pays
+ * no hash, one of thousands (a stream per request) no walk over every heap per call. */
+enum { HEAP_SCAN = 8 };
+
 /* The heap of `stream`, created on first use; NULL if host memory is exhausted. A pointer walk
- * with a count down: no index to scale and no end to compute (a heap per stream that allocated:
- * usually one or two; heaps is NULL before the first, and is then not stepped). */
+ * with a count down over the first heaps (at most HEAP_SCAN): no index to scale and no end to
+ * compute (usually one or two heaps; heaps is NULL before the first, and is then not stepped);
+ * the rest out of line, through a hash index. */
 static inline gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream)
 {
     gm_heap *h = pool->heaps;
-    for (size_t n = pool->heap_count; n; n--, h++)
+    for (size_t n = pool->heap_scan; n; n--, h++)
         if (h->stream == stream)
             return h;
-    return heap_add_locked(pool, stream);
+    return heap_find_or_add_locked(pool, stream);
 }
 
 /* Find a block for `granted` bytes in arena a, growing the arena if needed. Inline, the first

@@ -92,7 +92,7 @@ typedef enum key_type {
     X("growth_max", K_SIZE, growth_max, "1GiB",                                                 \
       "geometric: largest shared segment; requests of half the shared size get their own")      \
     X("vmm_reserve", K_SIZE, vmm_reserve_bytes, "device capacity",                              \
-      "virtual range reserved per VMM arena")                                                   \
+      "VMM: virtual range of each arena of the first stream; other streams' grow up to it")    \
     X("vmm_run_pages", K_UNSIGNED, vmm_run_pages, "16",                                         \
       "VMM: most pages one device call creates and maps (1-16); 1 = page by page, tightest")   \
     X("vmm_mapped_first", K_BOOL, vmm_mapped_first, "false",                                    \

@@ -35,16 +35,36 @@ void pool_event_put_locked(gm_pool *pool, gm_event ev)
     pool->events[pool->event_count++] = ev;
 }
 
-/* note_stream_for_sync's slow path: a stream not listed yet. */
+/* Whether s is listed past the scanned streams. */
+static bool stream_listed_late(const gm_pool *pool, gm_stream s)
+{
+    if (smap_stream_key(s))
+        return smap_get(&pool->synced_index, s) != SIZE_MAX;
+    for (size_t i = pool->synced_scan; i < pool->synced_count; i++) /* the unindexed stream */
+        if (pool->synced_streams[i] == s)
+            return true;
+    return false;
+}
+
+/* note_stream_for_sync's slow path: a stream not among the first SYNC_SCAN listed. */
 GM_COLD void add_stream_for_sync(gm_pool *pool, gm_stream s)
 {
-    if (!gm_host_grow((void **)&pool->synced_streams, &pool->synced_cap, pool->synced_count + 1,
-                      sizeof *pool->synced_streams, 8)) { /* cannot remember it: wait for it now */
+    if (pool->synced_count > pool->synced_scan && stream_listed_late(pool, s))
+        return;
+    size_t at = pool->synced_count;
+    if (!gm_host_grow((void **)&pool->synced_streams, &pool->synced_cap, at + 1,
+                      sizeof *pool->synced_streams, 8) ||
+        (at >= SYNC_SCAN && !smap_reserve(&pool->synced_index))) {
+        /* cannot remember it: wait for it now */
         if (pool_stream_sync(pool, s) != GM_OK)
             pool->unsynced_unlisted++; /* nor wait: see sync_streams_locked */
         return;
     }
     pool->synced_streams[pool->synced_count++] = s;
+    if (at < SYNC_SCAN)
+        pool->synced_scan = at + 1;
+    else if (smap_stream_key(s))
+        (void)smap_insert(&pool->synced_index, (smap_entry){smap_stream_key(s), at}); /* room made */
 }
 
 gm_status sync_streams_locked(gm_pool *pool)
@@ -60,6 +80,14 @@ gm_status sync_streams_locked(gm_pool *pool)
         pool->synced_streams[kept++] = pool->synced_streams[i]; /* tried again next time */
     }
     pool->synced_count = kept;
+    pool->synced_scan = kept < SYNC_SCAN ? kept : SYNC_SCAN;
+    if (pool->synced_index.count) { /* the kept ones past the scan, filed again (no growth) */
+        smap_clear(&pool->synced_index);
+        for (size_t i = SYNC_SCAN; i < kept; i++)
+            if (smap_stream_key(pool->synced_streams[i]))
+                (void)smap_insert(&pool->synced_index,
+                                  (smap_entry){smap_stream_key(pool->synced_streams[i]), i});
+    }
     if (first == GM_OK && pool->unsynced_unlisted) /* a stream that freed memory is unknown */
         first = backend_set_error(GM_ERR_BACKEND,
                                   "%zu streams that freed memory could be neither remembered "

@@ -23,6 +23,22 @@ static size_t clamp_size(size_t v, size_t lo, size_t hi)
  * with many small blocks makes O(log) small-segment calls, not one per 2 MiB; it stops at
  * growth_max / 32 (32 MiB), as larger small segments left more free at the peak (a sixteenth
  * gave resnet_train 1.0399 instead of 1.0318). */
+/* The bytes heap h reserved (both arenas). */
+static size_t heap_bytes(const gm_heap *h)
+{
+    size_t n = 0;
+    for (int k = 0; k < ARENA_COUNT; k++)
+        n += h->arenas[k].span_bytes;
+    return n;
+}
+
+/* Whether arena a's heap holds under half of what the pool reserved: a side stream's (a
+ * prefetch or communication stream beside the main one, or one of many streams). */
+static bool minor_heap(const gm_pool *pool, const gm_arena *a)
+{
+    return heap_bytes(a->heap) < pool->reserved_bytes / 2;
+}
+
 static size_t geometric_segment_size(const gm_pool *pool, const gm_arena *a)
 {
     const gm_config *c = &pool->cfg;
@@ -31,7 +47,11 @@ static size_t geometric_segment_size(const gm_pool *pool, const gm_arena *a)
         size_t hi = c->growth_max / 32;
         if (hi < c->small_segment_bytes)
             hi = c->small_segment_bytes;
-        size_t small = (size_t)(want / 8) > a->span_bytes ? (size_t)(want / 8) : a->span_bytes;
+        /* A side heap's small segments double by its own arena, from small_segment_bytes: the
+         * pool's 3/64 would give each of a thousand streams with a few small blocks a 32 MiB
+         * segment (2,000 streams of one 512-byte block reserved 62 GiB). */
+        size_t pooled = minor_heap(pool, a) ? 0 : (size_t)(want / 8);
+        size_t small = pooled > a->span_bytes ? pooled : a->span_bytes;
         return round_up(clamp_size(small, c->small_segment_bytes, hi), c->small_segment_bytes);
     }
     return round_up(clamp_size((size_t)want, c->growth_min, c->growth_max), c->segment_rounding);
@@ -51,13 +71,9 @@ static size_t minor_heap_segment_size(const gm_pool *pool, const gm_arena *a, si
                                       size_t shared)
 {
     const gm_config *c = &pool->cfg;
-    if (a->kind == ARENA_SMALL)
+    if (a->kind == ARENA_SMALL || !minor_heap(pool, a))
         return 0;
-    size_t heap = 0;
-    for (int k = 0; k < ARENA_COUNT; k++)
-        heap += a->heap->arenas[k].span_bytes;
-    if (heap >= pool->reserved_bytes / 2)
-        return 0;
+    size_t heap = heap_bytes(a->heap);
     size_t twice = granted <= SIZE_MAX / 2 ? round_up(2 * granted, c->segment_rounding) : 0;
     size_t own = round_up((size_t)((double)heap * c->growth_fraction), c->segment_rounding);
     size_t size = twice > c->growth_min ? twice : c->growth_min;
@@ -87,6 +103,17 @@ static size_t policy_segment_size(const gm_pool *pool, const gm_arena *a, size_t
     return round_up(granted, c->segment_rounding);
 }
 
+/* Whether a plain segment of the pool is wholly free (the initial reserve included). */
+static bool any_free_segment(const gm_pool *pool)
+{
+    for (size_t h = 0; h < pool->heap_count; h++)
+        for (int k = 0; k < ARENA_COUNT; k++)
+            for (const gm_span *s = pool->heaps[h].arenas[k].spans; s; s = s->next)
+                if (!s->vmm && !s->live_blocks)
+                    return true;
+    return false;
+}
+
 /* Make room for `need` new bytes by releasing free segments of the pool when the growth would
  * pass the cap, or, with BEFORE_GROW, the peak reserved so far. Under the peak rule, cached
  * segments are released only if that keeps the peak where it is: when the peak must rise anyway
@@ -108,6 +135,15 @@ static void make_room_locked(gm_pool *pool, size_t need)
     }
     if (pool->reserved_bytes + need <= cap)
         return;
+    /* No segment became wholly free since a walk found none: none is (a new segment is taken
+     * from at once; the initial reserve and VMM ranges are never counted). Saves the walk over
+     * every segment of the pool at each growth. */
+    if (pool->spans_emptied == pool->spans_none_at)
+        return;
+    if (!any_free_segment(pool)) {
+        pool->spans_none_at = pool->spans_emptied;
+        return;
+    }
     if (peak_rule && pool->reserved_bytes + need - cap > releasable_bytes_locked(pool, largest))
         return;
     release_free_memory_locked(pool, cap > need ? cap - need : 0, largest);

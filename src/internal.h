@@ -23,6 +23,7 @@
 #include "gpumem.h"
 #include "hashmap.h"
 #include "hostmem.h"
+#include "streammap.h"
 
 #include <assert.h>
 #include <stdatomic.h>
@@ -240,6 +241,8 @@ struct gm_arena {
     uint32_t idle_head;
     size_t idle_pages;
     uint32_t idle_runs[VMM_RUN_PAGES + 1]; /* idle runs (no page in use) by length */
+    size_t idle_run_count;                 /* their number */
+    size_t *pool_idle_runs;                /* the pool's vmm_idle_runs (arenas move, not it) */
     size_t ungranted_runs; /* runs flagged vmm_page.ungranted */
     size_t retiring_pages; /* pages flagged vmm_page.retiring */
 };
@@ -494,6 +497,15 @@ struct gm_pool {
 
     gm_heap *heaps;
     size_t heap_count, heap_cap;
+    size_t heap_scan;  /* heaps[0 .. heap_scan) are found by a scan (at most HEAP_SCAN), the
+                          rest through heap_index (stream -> heap index, arena.c): a pool of
+                          many streams finds a heap in O(1), one of a few with no hash */
+    stream_map heap_index;
+    /* Spans that became wholly free (a block's return left none taken), and the count when
+     * growth last found no wholly free segment to give back: while they are equal, growth
+     * skips that walk over every segment (O(segments) per growth made thousands of streams
+     * quadratic). */
+    uint64_t spans_emptied, spans_none_at;
     live_shard shards[LIVE_SHARDS];
     gm_block *pending; /* freed blocks waiting for other streams' events */
     gm_event *events;  /* pooled events, free for reuse */
@@ -502,6 +514,10 @@ struct gm_pool {
                              gm_pool_destroy reports them with its failed releases */
     gm_stream *synced_streams; /* streams that freed memory: synced before unmapping */
     size_t synced_count, synced_cap;
+    size_t synced_scan;        /* synced_streams[0 .. synced_scan) are checked by a scan (at
+                                  most SYNC_SCAN), the rest through synced_index (stream ->
+                                  position; events.c) */
+    stream_map synced_index;
     size_t unsynced_unlisted; /* streams that freed memory that could be neither listed nor
                                  synchronized (events.c): no memory goes back to the device */
 
@@ -550,6 +566,12 @@ struct gm_pool {
     size_t movable_live, pinned_live;
     uint64_t defrag_steps, defrag_blocks, defrag_bytes;
     uint64_t vmm_stitches;
+    /* Virtual address space: bytes and ranges this pool holds reserved (every heap), and the
+     * size of the last reservation the device refused for want of address space (0: none in
+     * the VMM allocation in progress), which the out-of-memory message names (oom.c). */
+    size_t va_bytes, va_ranges, va_refused;
+    size_t vmm_idle_runs; /* idle runs of every arena (segment.c): recycling looks past the
+                             allocating arena only when some are elsewhere */
     uint64_t vmm_runs_recycled, vmm_runs_recycled_across, vmm_waits_avoided;
     /* VMM handles whose release failed (segment.c): still reserved, retried on each release of
      * free memory. */
@@ -656,11 +678,14 @@ gm_status pool_event_get_locked(gm_pool *pool, gm_event *out);
  * counted in events_lost). */
 void pool_event_put_locked(gm_pool *pool, gm_event ev);
 GM_COLD void add_stream_for_sync(gm_pool *pool, gm_stream s);
+/* Streams to synchronize checked by a scan before the index is asked: a scan over every
+ * stream that freed memory made each locked gm_free O(streams). */
+enum { SYNC_SCAN = 8 };
 /* Remember that `s` freed memory: it is synchronized before memory is unmapped or freed.
  * Inline: every locked gm_free calls it. */
 static inline void note_stream_for_sync(gm_pool *pool, gm_stream s)
 {
-    for (size_t i = 0; i < pool->synced_count; i++)
+    for (size_t i = 0; i < pool->synced_scan; i++)
         if (pool->synced_streams[i] == s)
             return;
     add_stream_for_sync(pool, s);
@@ -807,7 +832,14 @@ gm_status cache_check_locked(const gm_pool *pool, size_t *blocks, char *why, siz
 
 /* --- segment.c: spans, VMM pages --- */
 gm_status span_create_plain_locked(gm_pool *pool, gm_arena *a, size_t size, gm_span **out);
-gm_status span_create_vmm_locked(gm_pool *pool, gm_arena *a);
+/* The first virtual range of VMM arena a, which serves a first request of `granted` bytes: the
+ * first heap's arenas reserve vmm_reserve_bytes, other heaps' a range of
+ * max(2 x granted, VMM_RUN_PAGES pages) that grows (vmm_grow_locked). */
+gm_status span_create_vmm_locked(gm_pool *pool, gm_arena *a, size_t granted);
+/* A side heap's arena (not the first heap's) whose ranges have no free run of `granted` bytes:
+ * a new range as large as its ranges together (at least the request), while they stay within
+ * vmm_reserve_bytes; GM_ERR_OUT_OF_MEMORY when they would not (stitching follows). */
+gm_status vmm_grow_locked(gm_pool *pool, gm_arena *a, size_t granted);
 /* Stitching: the arena's ranges have no free run of `granted` bytes; reserve a new range of
  * that size (a new span), whose pages the next pages_acquire maps from free physical pages of
  * the pool (idle pages unmapped from their old place) before any new ones. */

@@ -89,6 +89,24 @@ static bool in_oom_callback(const gm_pool *pool)
     return false;
 }
 
+/* The device refused a virtual range (cuMemAddressReserve: CUDA_ERROR_OUT_OF_MEMORY): the
+ * address space is exhausted, not the memory, and the message says so with what this pool
+ * holds reserved and how it is spread (it said "the device is full" with 128 MiB reserved). */
+static GM_COLD gm_status fail_va_locked(gm_pool *pool, size_t size, gm_stream stream)
+{
+    char refused[32], held[32], main_range[32], cause[400];
+    pool_format_bytes(refused, sizeof refused, pool->va_refused);
+    pool_format_bytes(held, sizeof held, pool->va_bytes);
+    pool_format_bytes(main_range, sizeof main_range, pool->cfg.vmm_reserve_bytes);
+    snprintf(cause, sizeof cause,
+             "the device's virtual address space is exhausted: a virtual range of %s could not "
+             "be reserved; this pool holds %s of virtual address space reserved in %zu ranges "
+             "over %zu heaps (one per stream; the first stream's arenas reserve vmm_reserve_bytes "
+             "= %s each, the others' ranges grow with use)",
+             refused, held, pool->va_ranges, pool->heap_count, main_range);
+    return fail_oom_locked(pool, size, stream, cause);
+}
+
 /* The out-of-memory ladder (DESIGN.md §2, issue 5): each step frees what it can and the
  * allocation is retried. 1 evict the cache; 2 wait for pending frees and release wholly free
  * segments and idle pages; 3 defragment (the hook the defragmentation layer fills); 4 the
@@ -188,6 +206,8 @@ GM_COLD gm_status alloc_missed_locked(gm_pool *pool, gm_arena *a, const gm_reque
     size_t size = rq->size, granted = rq->granted;
     if (st == GM_ERR_OUT_OF_MEMORY)
         st = oom_ladder_locked(pool, &a, size, granted, stream, out);
+    if (st == GM_ERR_OUT_OF_MEMORY && pool->va_refused)
+        return fail_va_locked(pool, size, stream);
     if (st == GM_ERR_OUT_OF_MEMORY) {
         bool limit = growth_over_limit_locked(pool, a, granted);
         if (pool->cfg.oom_callback && in_oom_callback(pool)) /* said, as it changes the steps */

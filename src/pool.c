@@ -143,7 +143,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
                                   "initial_reserve_bytes %zu exceeds the reserve limit %zu",
                                   initial, pool->limit);
         if (st == GM_OK && pool->cfg.segments == GM_SEGMENTS_VMM) {
-            st = span_create_vmm_locked(pool, a);
+            st = span_create_vmm_locked(pool, a, initial);
             size_t bytes = round_up(initial, pool->granularity);
             if (st == GM_OK && bytes <= a->spans->size) {
                 st = pages_acquire_locked(pool, a, a->spans->base, bytes);
@@ -153,8 +153,10 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
         } else if (st == GM_OK) {
             gm_span *s = NULL;
             st = span_create_plain_locked(pool, a, round_up(initial, pool->cfg.segment_rounding), &s);
-            if (st == GM_OK)
+            if (st == GM_OK) {
                 s->pinned = true;
+                pool->spans_emptied++; /* wholly free: growth's make_room considers it */
+            }
         }
         gm_mutex_unlock(&pool->lock);
         if (st != GM_OK) {
@@ -236,6 +238,8 @@ static uint64_t pool_teardown(gm_pool *pool)
     for (int k = 0; k < LIVE_SHARDS; k++)
         free(pool->shards[k].map.slots);
     free(pool->heaps);
+    free(pool->heap_index.slots);
+    free(pool->synced_index.slots);
     free(pool->events);
     if (pool->unreleased_count)
         unreleased_retry_locked(pool); /* what still fails is lost with the pool */

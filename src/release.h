@@ -23,7 +23,7 @@ static inline void refile_taken_block(gm_pool *pool, gm_span *s, gm_block *b)
     b->requested = 0;
     b->handle = 0;
     b->extra_count = 0;
-    s->live_blocks--;
+    pool->spans_emptied += --s->live_blocks == 0; /* growth.c's make_room_locked looks again */
     s->arena->ops->give(&pool->strat, s->arena, b);
 }
 

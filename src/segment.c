@@ -3,7 +3,8 @@
  *
  * Plain spans are one mem_alloc each, tiled by blocks. A VMM span is a reserved virtual range
  * whose pages (the backend's granularity, 2 MiB on an H200) are mapped when a block first covers
- * them: an arena's main range (vmm_reserve_bytes), plus one per request that found no free run
+ * them: an arena's main range (vmm_reserve_bytes for the first heap; other heaps' start small
+ * and grow by ranges: span_create_vmm_locked), plus one per request that found no free run
  * of addresses in the ranges it has ("stitching": the new range's pages are mapped from idle
  * pages of the pool first, so bytes that were free but scattered serve one contiguous block
  * without a copy or growth; stitch_pays says when). One page table serves all of an arena's
@@ -23,7 +24,8 @@
  * Before anything is unmapped or freed, the streams that freed memory are synchronized, so no
  * queued kernel can touch memory that has gone (what cuMemUnmap requires).
  *
- * Bounds: page acquire/drop O(pages covered x ranges + heaps x VMM_RUN_PAGES per recycled run);
+ * Bounds: page acquire/drop O(pages covered x ranges + heaps x VMM_RUN_PAGES per run recycled
+ * from another arena, looked for only when one holds an idle run);
  * release of free memory O(spans + idle pages); a stitch O(heaps) to decide, plus the page
  * table's growth.
  */
@@ -116,6 +118,8 @@ static gm_status vmm_range_add_locked(gm_pool *pool, gm_arena *a, size_t size)
     gm_backend *be = pool->backend;
     if (st == GM_OK)
         st = DEVICE_CALL(pool, GM_CALL_VA_RESERVE, be->ops->va_reserve(be, size, gran, &base));
+    if (st == GM_ERR_OUT_OF_MEMORY) /* the address space, not the memory: oom.c says so */
+        pool->va_refused = size;
     gm_span *s = NULL;
     if (st == GM_OK) {
         st = span_new(pool, a, base, size, true, &s);
@@ -146,12 +150,51 @@ static gm_status vmm_range_add_locked(gm_pool *pool, gm_arena *a, size_t size)
     a->ranges[a->range_count++] = (vmm_range){.base = base, .first = a->page_count,
                                               .count = pages};
     a->page_count += pages;
+    pool->va_bytes += size;
+    pool->va_ranges++;
     return GM_OK;
 }
 
-gm_status span_create_vmm_locked(gm_pool *pool, gm_arena *a)
+/* Per-heap virtual address space. The first heap's arenas (the main stream's) reserve
+ * vmm_reserve_bytes at once, as before. Every other heap's arena starts with a range of
+ * max(2 x its first request, VMM_RUN_PAGES pages) and, when no free run of addresses is left
+ * in its ranges, adds one as large as they are together (at least the request), so its ranges
+ * stay within twice what it ever needed at once, in O(log) ranges, up to vmm_reserve_bytes.
+ * Reserving the capacity per heap and arena exhausted the address space at a few dozen streams
+ * (the sim's 64 x capacity: 32 heaps of two arenas; a real 48-bit space: about 900 heaps on a
+ * 141 GiB device), and its page table took 72,000 entries per arena on the host. */
+static bool vmm_main_arena(const gm_pool *pool, const gm_arena *a)
 {
-    return vmm_range_add_locked(pool, a, round_up(pool->cfg.vmm_reserve_bytes, pool->granularity));
+    return a->heap == pool->heaps;
+}
+
+static size_t vmm_arena_va(const gm_arena *a, size_t gran)
+{
+    size_t n = 0;
+    for (size_t r = 0; r < a->range_count; r++)
+        n += a->ranges[r].count;
+    return n * gran;
+}
+
+gm_status span_create_vmm_locked(gm_pool *pool, gm_arena *a, size_t granted)
+{
+    size_t gran = pool->granularity, all = round_up(pool->cfg.vmm_reserve_bytes, gran);
+    if (vmm_main_arena(pool, a))
+        return vmm_range_add_locked(pool, a, all);
+    size_t want = granted <= SIZE_MAX / 4 ? round_up(2 * granted, gran) : all;
+    if (want < VMM_RUN_PAGES * gran)
+        want = VMM_RUN_PAGES * gran;
+    return vmm_range_add_locked(pool, a, want < all ? want : all);
+}
+
+gm_status vmm_grow_locked(gm_pool *pool, gm_arena *a, size_t granted)
+{
+    size_t gran = pool->granularity, all = round_up(pool->cfg.vmm_reserve_bytes, gran);
+    size_t have = vmm_arena_va(a, gran), need = round_up(granted, gran);
+    if (vmm_main_arena(pool, a) || have >= all || all - have < need)
+        return GM_ERR_OUT_OF_MEMORY;
+    size_t size = have > need ? have : need;
+    return vmm_range_add_locked(pool, a, size < all - have ? size : all - have);
 }
 
 /* Idle pages of the whole pool: mapped, in no live block, free to be mapped elsewhere. */
@@ -215,6 +258,10 @@ static gm_status span_release_in(gm_pool *pool, gm_span *s, bool force)
     if (s->vmm) {
         GM_ASSERT(force || a->ranges[r].mapped == 0);
         st = DEVICE_CALL(pool, GM_CALL_VA_RELEASE, be->ops->va_release(be, s->base, s->size));
+        if (st == GM_OK || force) {
+            pool->va_bytes -= s->size;
+            pool->va_ranges--;
+        }
     } else {
         st = sync_streams_locked(pool); /* failed: queued work may still use it, keep it */
         if (st == GM_OK)
@@ -492,6 +539,8 @@ static void run_idle_push(gm_arena *a, size_t h)
     if (*head != PAGE_NONE)
         a->pages[*head].run_prev = (uint32_t)h;
     *head = (uint32_t)h;
+    a->idle_run_count++;
+    (*a->pool_idle_runs)++;
 }
 
 static void run_idle_remove(gm_arena *a, size_t h)
@@ -504,6 +553,8 @@ static void run_idle_remove(gm_arena *a, size_t h)
     if (pg->run_next != PAGE_NONE)
         a->pages[pg->run_next].run_prev = pg->run_prev;
     pg->run_prev = pg->run_next = PAGE_NONE;
+    a->idle_run_count--;
+    (*a->pool_idle_runs)--;
 }
 
 /* Mark pages [h, h + n) mapped to handle phys as one run: the pages without users go on the
@@ -751,7 +802,10 @@ static gm_status run_recycle(gm_pool *pool, gm_arena *a, size_t p, size_t max_pa
         (void)vmm_aliases_reap_locked(pool, false);
     gm_arena *from = a;
     size_t h = a->idle_pages ? idle_run_find(a, max_pages) : PAGE_NONE;
-    for (size_t i = 0; h == PAGE_NONE && i < pool->heap_count; i++)
+    /* Other arenas only when some of them hold an idle run: a walk over every heap at each new
+     * stretch of pages made a pool of thousands of streams quadratic. */
+    bool elsewhere = pool->vmm_idle_runs > a->idle_run_count;
+    for (size_t i = 0; h == PAGE_NONE && elsewhere && i < pool->heap_count; i++)
         for (int k = 0; h == PAGE_NONE && k < ARENA_COUNT; k++) {
             from = &pool->heaps[i].arenas[k];
             if (from != a && from->idle_pages)

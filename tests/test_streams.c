@@ -1,0 +1,132 @@
+/*
+ * Many streams on one pool (docs/architecture.md, "Growth" and "VMM pages"): a heap per stream,
+ * each reserving in proportion to what its stream uses.
+ *   - 1,000 streams each holding four 1 MiB blocks (and freeing and allocating more) reach
+ *     reserved/live < 1.1 with plain segments and with VMM (plain: a side stream's small
+ *     segments started at the pool's 3/64, up to 32 MiB each, reserved/live 7.8; VMM: each
+ *     heap's arenas reserved the device's capacity of address space, and the 33rd heap found
+ *     none left);
+ *   - virtual address space exhausted says so (it said "the device is full" with 128 MiB
+ *     reserved): the message names the address space, what the pool holds and the heaps.
+ * Not timed: bench/bench_streams.c measures time per operation by stream count.
+ */
+#include "sim_setup.h"
+
+#include <stdlib.h>
+
+static const size_t MiB = (size_t)1 << 20, GiB = (size_t)1 << 30;
+
+enum { STREAMS = 1000, LIVE = 4, ROUNDS = 3 };
+
+static void test_thousand_streams(gm_segments mode)
+{
+    gm_backend *be = sim_new(0, 0, 0);
+    gm_config cfg = {0};
+    cfg.segments = mode;
+    gm_pool *pool = pool_new(be, &cfg);
+    gm_stream *streams = calloc(STREAMS, sizeof *streams);
+    void **blocks = calloc(STREAMS * LIVE, sizeof *blocks);
+    REQUIRE(streams && blocks);
+    for (size_t s = 0; s < STREAMS; s++)
+        REQUIRE_OK(gm_sim_stream_create(be, &streams[s]));
+    for (size_t k = 0; k < LIVE; k++) /* round-robin: the heaps grow interleaved */
+        for (size_t s = 0; s < STREAMS; s++)
+            REQUIRE_OK(gm_alloc(pool, MiB, streams[s], &blocks[s * LIVE + k]));
+    for (size_t r = 0; r < ROUNDS; r++)
+        for (size_t s = 0; s < STREAMS; s++) {
+            void **slot = &blocks[s * LIVE + r % LIVE];
+            REQUIRE_OK(gm_free(pool, *slot, streams[s]));
+            REQUIRE_OK(gm_alloc(pool, MiB, streams[s], slot));
+        }
+    gm_stats st = stats_of(pool);
+    CHECK_EQ_U(st.live_bytes, (size_t)STREAMS * LIVE * MiB);
+    CHECK_LT_U(st.peak_reserved_bytes * 10, st.peak_live_bytes * 11); /* < 1.1 */
+    CHECK_LT_U(st.reserved_bytes * 10, st.live_bytes * 11);
+    CHECK_OK(gm_pool_check(pool));
+    for (size_t i = 0; i < STREAMS * LIVE; i++)
+        CHECK_OK(gm_free(pool, blocks[i], streams[i / LIVE]));
+    CHECK_OK(gm_trim(pool, 0));
+    CHECK_EQ_U(stats_of(pool).reserved_bytes, 0);
+    CHECK_OK(gm_pool_destroy(pool));
+    for (size_t s = 0; s < STREAMS; s++)
+        CHECK_OK(gm_sim_stream_destroy(be, streams[s]));
+    gm_backend_destroy(be);
+    free(streams);
+    free(blocks);
+}
+
+/* The sim's address space is 64 x capacity: 64 GiB here. The first stream's arenas reserve
+ * vmm_reserve_bytes (60 GiB) of it; the other streams' ranges start small, so about a hundred
+ * more fit, and the first that does not gets a message about the address space. */
+static void test_va_exhaustion_message(void)
+{
+    gm_backend *be = sim_new(GiB, 0, 0);
+    gm_config cfg = {0};
+    cfg.segments = GM_SEGMENTS_VMM;
+    cfg.vmm_reserve_bytes = 60 * GiB;
+    gm_pool *pool = pool_new(be, &cfg);
+    enum { MANY = 400 };
+    gm_stream streams[MANY];
+    void *blocks[MANY] = {0};
+    size_t served = 0;
+    gm_status st = GM_OK;
+    for (size_t s = 0; s < MANY && st == GM_OK; s++) {
+        REQUIRE_OK(gm_sim_stream_create(be, &streams[s]));
+        st = gm_alloc(pool, MiB, streams[s], &blocks[s]);
+        served += st == GM_OK;
+    }
+    CHECK_STATUS(st, GM_ERR_OUT_OF_MEMORY);
+    CHECK_GT_U(served, 64); /* a small range per side heap: many fit */
+    const char *msg = gm_last_error(pool);
+    CHECK_STR_CONTAINS(msg, "virtual address space is exhausted");
+    CHECK_STR_CONTAINS(msg, "heaps");
+    CHECK_STR_CONTAINS(msg, "vmm_reserve_bytes");
+    CHECK(strstr(msg, "the device is full") == NULL);
+    CHECK_OK(gm_pool_check(pool));
+    /* freed and trimmed, the side heaps' ranges go back: the address space serves again */
+    for (size_t s = 0; s < served; s++)
+        CHECK_OK(gm_free(pool, blocks[s], streams[s]));
+    CHECK_OK(gm_trim(pool, 0));
+    void *p = NULL;
+    CHECK_OK(gm_alloc(pool, MiB, streams[served], &p));
+    if (p)
+        CHECK_OK(gm_free(pool, p, streams[served]));
+    CHECK_OK(gm_pool_destroy(pool));
+    for (size_t s = 0; s <= served; s++)
+        CHECK_OK(gm_sim_stream_destroy(be, streams[s]));
+    gm_backend_destroy(be);
+}
+
+/* With the default vmm_reserve_bytes (the capacity) a hundred streams on a small device: the
+ * 33rd heap found no address space before. */
+static void test_vmm_hundred_streams(void)
+{
+    gm_backend *be = sim_new(GiB, 0, 0);
+    gm_config cfg = {0};
+    cfg.segments = GM_SEGMENTS_VMM;
+    gm_pool *pool = pool_new(be, &cfg);
+    enum { N = 100 };
+    gm_stream streams[N];
+    void *blocks[N];
+    for (size_t s = 0; s < N; s++) {
+        REQUIRE_OK(gm_sim_stream_create(be, &streams[s]));
+        CHECK_OK(gm_alloc(pool, 2 * MiB, streams[s], &blocks[s]));
+    }
+    gm_stats st = stats_of(pool);
+    CHECK_EQ_U(st.reserved_bytes, st.live_bytes);
+    for (size_t s = 0; s < N; s++)
+        CHECK_OK(gm_free(pool, blocks[s], streams[s]));
+    CHECK_OK(gm_pool_destroy(pool));
+    for (size_t s = 0; s < N; s++)
+        CHECK_OK(gm_sim_stream_destroy(be, streams[s]));
+    gm_backend_destroy(be);
+}
+
+int main(void)
+{
+    test_thousand_streams(GM_SEGMENTS_PLAIN);
+    test_thousand_streams(GM_SEGMENTS_VMM);
+    test_va_exhaustion_message();
+    test_vmm_hundred_streams();
+    return check_summary();
+}
