@@ -205,6 +205,7 @@ typedef struct recount {
     size_t movable;
     size_t thread;
     size_t exported;
+    size_t idle_runs;
 } recount;
 
 static gm_status check_span(gm_pool *pool, const gm_span *s, uint32_t *users, recount *rc)
@@ -266,7 +267,7 @@ static gm_status check_span(gm_pool *pool, const gm_span *s, uint32_t *users, re
 static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *users,
                              recount *rc)
 {
-    size_t mapped = 0, idle = 0, ungranted = 0, retiring = 0, aliased = 0;
+    size_t mapped = 0, idle = 0, ungranted = 0, retiring = 0, aliased = 0, idle_runs = 0;
     const vmm_alias *cur = unmapper_cur(pool);
     for (size_t i = 0; i < pool->alias_count + (cur != NULL); i++) {
         const vmm_alias *al = i < pool->alias_count ? &pool->aliases[i] : cur;
@@ -292,6 +293,7 @@ static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *u
             return CORRUPT("page %zu is retiring (an old mapping) but mapped or used", p);
         retiring += pg->retiring;
         ungranted += pg->ungranted;
+        idle_runs += pg->phys && pg->run == p && pg->run_busy == 0;
         mapped += pg->phys != 0;
         idle += pg->phys && !pg->users;
     }
@@ -306,6 +308,9 @@ static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *u
     if (retiring != a->retiring_pages || aliased != retiring)
         return CORRUPT("arena counts %zu retiring pages, found %zu, old mappings cover %zu",
                        a->retiring_pages, retiring, aliased);
+    if (idle_runs != a->idle_run_count)
+        return CORRUPT("arena counts %zu idle runs, found %zu", a->idle_run_count, idle_runs);
+    rc->idle_runs += idle_runs;
     if (ungranted != a->ungranted_runs)
         return CORRUPT("arena counts %zu runs without the peers' access, found %zu",
                        a->ungranted_runs, ungranted);
@@ -406,6 +411,9 @@ gm_status pool_check_locked(gm_pool *pool)
                        rc.thread);
     size_t spare = pool->unreleased_bytes; /* handles whose release failed (segment.c) */
     rc.reserved += spare;
+    if (rc.idle_runs != pool->vmm_idle_runs)
+        return CORRUPT("pool counts %zu idle VMM runs, its arenas %zu", pool->vmm_idle_runs,
+                       rc.idle_runs);
     if (rc.reserved != pool->reserved_bytes || segments != pool->segment_count)
         return CORRUPT("reserved %zu bytes in %zu segments counted, %zu in %zu found",
                        pool->reserved_bytes, pool->segment_count, rc.reserved, segments);
