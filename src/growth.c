@@ -59,7 +59,8 @@ static size_t geometric_segment_size(const gm_pool *pool, const gm_arena *a)
 
 /* GEOMETRIC, a large segment for a stream whose heap holds under half of what the pool
  * reserved (a prefetch or communication stream beside the main one): room for the request
- * twice, at least growth_min, or growth_fraction of its own heap's bytes if that is more (a
+ * twice, at least growth_min (or what the heap holds, while that is less), or growth_fraction
+ * of its own heap's bytes if that is more (a
  * heap that grows large still grows in O(log) calls); 0 when the pool-wide size (`shared`) is
  * not larger. A heap's free segments serve only its stream, and the pool's reserved bytes
  * measure the main stream's appetite, not this one's: sized by them, a side stream's first
@@ -76,7 +77,11 @@ static size_t minor_heap_segment_size(const gm_pool *pool, const gm_arena *a, si
     size_t heap = heap_bytes(a->heap);
     size_t twice = granted <= SIZE_MAX / 2 ? round_up(2 * granted, c->segment_rounding) : 0;
     size_t own = round_up((size_t)((double)heap * c->growth_fraction), c->segment_rounding);
-    size_t size = twice > c->growth_min ? twice : c->growth_min;
+    /* growth_min only once the heap holds as much: a stream of a few blocks of some MiB gets
+     * segments of twice its request, doubling with its heap, not 64 MiB each (1,000 streams of
+     * four 2 MiB blocks: reserved/live 8.0) */
+    size_t floor = heap < c->growth_min ? heap : c->growth_min;
+    size_t size = twice > floor ? twice : floor;
     size = own > size ? own : size;
     return twice && size < shared ? size : 0;
 }

@@ -3,7 +3,8 @@
  * each reserving in proportion to what its stream uses.
  *   - 1,000 streams each holding four 1 MiB blocks (and freeing and allocating more) reach
  *     reserved/live < 1.1 with plain segments and with VMM (plain: a side stream's small
- *     segments started at the pool's 3/64, up to 32 MiB each, reserved/live 7.8; VMM: each
+ *     segments started at the pool's 3/64, up to 32 MiB each, reserved/live 7.8; four 2 MiB
+ *     blocks, in the large arena: its segments were at least growth_min, 8.0; VMM: each
  *     heap's arenas reserved the device's capacity of address space, and the 33rd heap found
  *     none left);
  *   - virtual address space exhausted says so (it said "the device is full" with 128 MiB
@@ -18,7 +19,7 @@ static const size_t MiB = (size_t)1 << 20, GiB = (size_t)1 << 30;
 
 enum { STREAMS = 1000, LIVE = 4, ROUNDS = 3 };
 
-static void test_thousand_streams(gm_segments mode)
+static void test_thousand_streams(gm_segments mode, size_t size)
 {
     gm_backend *be = sim_new(0, 0, 0);
     gm_config cfg = {0};
@@ -31,15 +32,15 @@ static void test_thousand_streams(gm_segments mode)
         REQUIRE_OK(gm_sim_stream_create(be, &streams[s]));
     for (size_t k = 0; k < LIVE; k++) /* round-robin: the heaps grow interleaved */
         for (size_t s = 0; s < STREAMS; s++)
-            REQUIRE_OK(gm_alloc(pool, MiB, streams[s], &blocks[s * LIVE + k]));
+            REQUIRE_OK(gm_alloc(pool, size, streams[s], &blocks[s * LIVE + k]));
     for (size_t r = 0; r < ROUNDS; r++)
         for (size_t s = 0; s < STREAMS; s++) {
             void **slot = &blocks[s * LIVE + r % LIVE];
             REQUIRE_OK(gm_free(pool, *slot, streams[s]));
-            REQUIRE_OK(gm_alloc(pool, MiB, streams[s], slot));
+            REQUIRE_OK(gm_alloc(pool, size, streams[s], slot));
         }
     gm_stats st = stats_of(pool);
-    CHECK_EQ_U(st.live_bytes, (size_t)STREAMS * LIVE * MiB);
+    CHECK_EQ_U(st.live_bytes, (size_t)STREAMS * LIVE * size);
     CHECK_LT_U(st.peak_reserved_bytes * 10, st.peak_live_bytes * 11); /* < 1.1 */
     CHECK_LT_U(st.reserved_bytes * 10, st.live_bytes * 11);
     CHECK_OK(gm_pool_check(pool));
@@ -124,8 +125,10 @@ static void test_vmm_hundred_streams(void)
 
 int main(void)
 {
-    test_thousand_streams(GM_SEGMENTS_PLAIN);
-    test_thousand_streams(GM_SEGMENTS_VMM);
+    test_thousand_streams(GM_SEGMENTS_PLAIN, MiB); /* the small arena */
+    test_thousand_streams(GM_SEGMENTS_VMM, MiB);
+    test_thousand_streams(GM_SEGMENTS_PLAIN, 2 * MiB); /* the large arena */
+    test_thousand_streams(GM_SEGMENTS_VMM, 2 * MiB);
     test_va_exhaustion_message();
     test_vmm_hundred_streams();
     return check_summary();
