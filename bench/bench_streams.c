@@ -8,7 +8,10 @@
  *
  * usage: bench_streams [--streams 10,100,1000,4000,10000] [--segments plain,vmm] [--live 4]
  *                      [--size BYTES] [--rounds 4] [--capacity BYTES] [--set KEY=VALUE,...]
- * (--set thread_cache_blocks=4294967295 makes every call take the pool lock.)
+ *                      [--backend sim|cuda]
+ * (--set thread_cache_blocks=4294967295 makes every call take the pool lock; --backend cuda
+ * runs on device 0, where --capacity does not apply: the address space per heap is what a
+ * real GPU's cuMemAddressReserve gives, e.g. --backend cuda --segments vmm --streams 1000.)
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench_common.h"
@@ -22,6 +25,7 @@
 typedef struct run_opts {
     size_t live, size, rounds, capacity;
     const char *set; /* more settings, "key=value,..." (gm_config_parse) */
+    int cuda;        /* the CUDA backend, device 0, instead of the sim */
 } run_opts;
 
 static int run(const char *segments, size_t n, const run_opts *o)
@@ -31,7 +35,11 @@ static int run(const char *segments, size_t n, const run_opts *o)
     gm_backend *be = NULL;
     gm_config cfg = {0};
     gm_pool *pool = NULL;
-    if (gm_sim_backend_create(&sc, &be) != GM_OK ||
+    gm_status (*stream_create)(gm_backend *, gm_stream *) =
+        o->cuda ? gm_cuda_stream_create : gm_sim_stream_create;
+    gm_status (*stream_destroy)(gm_backend *, gm_stream) =
+        o->cuda ? gm_cuda_stream_destroy : gm_sim_stream_destroy;
+    if ((o->cuda ? gm_cuda_backend_create(0, &be) : gm_sim_backend_create(&sc, &be)) != GM_OK ||
         gm_segments_parse(segments, &cfg.segments) != GM_OK ||
         (o->set && gm_config_parse(&cfg, o->set) != GM_OK) ||
         gm_pool_create(be, &cfg, &pool) != GM_OK) {
@@ -47,7 +55,7 @@ static int run(const char *segments, size_t n, const run_opts *o)
         return 1;
     }
     for (size_t s = 0; s < n; s++)
-        if (gm_sim_stream_create(be, &streams[s]) != GM_OK) {
+        if (stream_create(be, &streams[s]) != GM_OK) {
             fprintf(stderr, "bench_streams: %s\n", gm_backend_last_error());
             return 1;
         }
@@ -91,7 +99,7 @@ static int run(const char *segments, size_t n, const run_opts *o)
             (void)gm_free(pool, blocks[i], streams[i / o->live]);
     (void)gm_pool_destroy_force(pool);
     for (size_t s = 0; s < n; s++)
-        (void)gm_sim_stream_destroy(be, streams[s]);
+        (void)stream_destroy(be, streams[s]);
     gm_backend_destroy(be);
     free(streams);
     free(blocks);
@@ -110,6 +118,9 @@ int main(int argc, char **argv)
             modes = argv[i + 1];
         else if (strcmp(argv[i], "--set") == 0)
             o.set = argv[i + 1];
+        else if (strcmp(argv[i], "--backend") == 0 &&
+                 (strcmp(argv[i + 1], "sim") == 0 || strcmp(argv[i + 1], "cuda") == 0))
+            o.cuda = strcmp(argv[i + 1], "cuda") == 0;
         else if (gm_size_parse(argv[i + 1], &v) != GM_OK) {
             fprintf(stderr, "bench_streams: %s: %s\n", argv[i], gm_last_error(NULL));
             return 2;
@@ -124,7 +135,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: bench_streams [--streams N,N..] [--segments plain,vmm] "
                             "[--live K] [--size BYTES] [--rounds R] [--capacity BYTES] "
-                            "[--set KEY=VALUE,...]\n");
+                            "[--set KEY=VALUE,...] [--backend sim|cuda]\n");
             return 2;
         }
     }
