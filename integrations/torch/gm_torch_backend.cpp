@@ -1255,7 +1255,8 @@ void trim(int dev, size_t keep) {
 // ---- sleep and wake (docs/sleep.md) ------------------------------------------------------
 // Over every pool of the installed allocator: each device's pool and the private pools of CUDA
 // graphs and MemPools. Enumerated afresh by each call (a private pool may come or go between a
-// sleep and a wake); released private pools waiting to be destroyed are trimmed instead.
+// sleep and a wake, e.g. the MemPool of an inference phase run between them); released private
+// pools waiting to be destroyed are trimmed instead.
 
 std::vector<gm_pool*> all_pools(bool trim_zombies) {
     GmAllocator& A = installed();
@@ -1307,8 +1308,25 @@ void sleep_all(const std::string& offload_tags) {
 }
 
 void wake_all() {
-    std::string why = wake_pools(all_pools(false));
+    // Released private pools (a MemPool the other phase used) give their memory back first.
+    std::string why = wake_pools(all_pools(true));
     TORCH_CHECK(why.empty(), "gpumem.torch.wake: ", why, " (call wake() again to retry)");
+}
+
+// The sleep's figures of the device's pool (gm_stats' sleep fields).
+py::dict sleep_stats(int dev) {
+    gm_pool* p = installed().pool_for(static_cast<DeviceIndex>(dev));
+    gm_stats s{};
+    TORCH_CHECK(gm_pool_stats(p, &s) == GM_OK, "gpumem.torch.sleep_stats: ", gm_last_error(p));
+    py::dict d;
+    d["asleep"] = s.asleep != 0;
+    d["sleep_host_bytes"] = s.sleep_host_bytes;
+    d["sleep_saved_bytes"] = s.sleep_saved_bytes;
+    d["sleeps"] = s.sleeps;
+    d["wakes"] = s.wakes;
+    d["reserved_bytes"] = s.reserved_bytes;
+    d["live_bytes"] = s.live_bytes;
+    return d;
 }
 
 void tag_push(const std::string& name) {
@@ -1343,4 +1361,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("tag_push", &gmt::tag_push, py::arg("name"));
     m.def("tag_pop", &gmt::tag_pop);
     m.def("tag_current", [] { return std::string(gm_tag_current()); });
+    m.def("sleep_stats", &gmt::sleep_stats, py::arg("device") = 0);
 }

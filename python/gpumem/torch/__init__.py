@@ -22,7 +22,7 @@ import json
 import os
 
 __all__ = ["enable", "enabled", "stats", "snapshot", "summary", "trim", "trace_stop", "last_error",
-           "sleep", "wake", "tag", "GpumemError", "DEFAULT_CONF", "effective_conf"]
+           "sleep", "wake", "sleep_stats", "tag", "GpumemError", "DEFAULT_CONF", "effective_conf"]
 
 # The backend's settings before the user's (docs/torch.md, "Which settings"): VMM segments where
 # the device has them, blocks placed on mapped pages first, no size cache, old mappings unmapped
@@ -195,6 +195,13 @@ def wake():
         C.wake()
     except RuntimeError as e:
         raise GpumemError(str(e)) from None
+
+
+def sleep_stats(device=0):
+    """The device's pool's sleep figures: asleep, sleep_host_bytes (pinned host memory holding
+    saved contents), sleep_saved_bytes (of tensors still live), sleeps, wakes, reserved_bytes,
+    live_bytes (gm_stats)."""
+    return _ext().sleep_stats(int(device))
 
 
 class tag:
