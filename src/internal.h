@@ -494,7 +494,8 @@ typedef struct pool_sleep {
     size_t limit;      /* the reserve limit to restore at wake */
     unsigned tc_live;  /* the thread caches' state to restore at wake */
     bool tc_watch;
-    void *host;        /* one pinned host buffer for every saved block, or NULL */
+    void *host;        /* one pinned host buffer for every saved block, or NULL; kept after the
+                          wake for the next sleep, freed by gm_trim(pool, 0) and destruction */
     size_t host_bytes;
     sleep_saved *saved;
     size_t saved_count;
@@ -725,7 +726,8 @@ const char *tag_name(unsigned id); /* "?" for an id no name has */
 gm_status tag_lookup(const char *name, size_t len, bool add, unsigned *out, const char **why);
 
 /* --- sleep.c: gm_pool_sleep / gm_pool_wake (docs/sleep.md) --- */
-/* gm_trim on a sleeping pool: release again what the sleep could not give back. */
+/* gm_trim: on a sleeping pool release again what the sleep could not give back; on an awake one
+ * free the pinned host buffer the last sleep kept for the next. */
 gm_status sleep_trim_locked(gm_pool *pool);
 /* At destruction: free the host copies (the pool lock held). Returns the releases that failed. */
 uint64_t sleep_fini_locked(gm_pool *pool);

@@ -301,7 +301,8 @@ gm_status gm_trim(gm_pool *pool, size_t keep_bytes)
         for (size_t h = 0; h < pool->heap_count; h++)
             for (int k = 0; k < ARENA_COUNT; k++)
                 vmm_release_ranges_locked(pool, &pool->heaps[h].arenas[k]);
-    if (pool->sleep.asleep && st == GM_OK) /* what the sleep could not give back, again */
+    /* Asleep: what the sleep could not give back, again; awake: the pinned buffer it kept. */
+    if (st == GM_OK && (pool->sleep.asleep || (keep_bytes == 0 && pool->sleep.host)))
         st = sleep_trim_locked(pool);
     return pool_unlock(pool, st);
 }

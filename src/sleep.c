@@ -130,14 +130,20 @@ static gm_status sync_list_locked(gm_pool *pool, const stream_list *l)
     return first;
 }
 
-/* Free the host buffer (after its copies completed). A refused free keeps it, to be tried
- * again at the next sleep or at destruction. */
-static gm_status host_buffer_free_locked(gm_pool *pool)
+/* Forget the saved blocks (the host buffer stays for the next sleep). */
+static void saved_drop(pool_sleep *z)
 {
-    pool_sleep *z = &pool->sleep;
     free(z->saved);
     z->saved = NULL;
     z->saved_count = 0;
+}
+
+/* Free the host buffer (no copy may still use it). A refused free keeps it, counted, to be
+ * tried again by gm_trim, the next sleep that needs a larger one, or destruction. */
+static gm_status host_buffer_free_locked(gm_pool *pool)
+{
+    pool_sleep *z = &pool->sleep;
+    saved_drop(z);
     if (!z->host)
         return GM_OK;
     gm_backend *be = pool->backend;
@@ -169,8 +175,11 @@ static gm_status release_all_locked(gm_pool *pool)
     return first;
 }
 
-/* Save the contents of every live block of `keep` to one new pinned host buffer: copies on
- * each block's stream, then those streams synchronized. On failure nothing is kept. */
+/* Save the contents of every live block of `keep` to one pinned host buffer: the last sleep's
+ * if it is large enough (pinning host memory costs about as much as copying it several times
+ * over, and a program that alternates phases saves the same bytes each time), else a new one;
+ * copies on each block's stream, then those streams synchronized. On failure no block is
+ * saved (the buffer stays for the next sleep). */
 static gm_status save_locked(gm_pool *pool, const tag_set *keep, const stream_list *streams)
 {
     pool_sleep *z = &pool->sleep;
@@ -187,17 +196,30 @@ static gm_status save_locked(gm_pool *pool, const tag_set *keep, const stream_li
     if (!z->saved)
         return pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
                                 "gm_pool_sleep: host memory exhausted (%zu saved blocks)", count);
-    gm_status st = DEVICE_CALL(pool, GM_CALL_HOST_ALLOC, be->ops->host_alloc(be, bytes, &z->host));
-    if (st != GM_OK) {
-        z->host = NULL;
-        (void)host_buffer_free_locked(pool);
-        char b[32];
-        pool_format_bytes(b, sizeof b, bytes);
-        return pool_fail_locked(pool, st, "gm_pool_sleep: no pinned host memory for %s of "
-                                "saved contents (%s); the pool is as it was", b,
-                                gm_backend_last_error());
+    gm_status st = GM_OK;
+    if (z->host && z->host_bytes < bytes && (st = host_buffer_free_locked(pool)) != GM_OK)
+        return pool_fail_locked(pool, st, "gm_pool_sleep: the pinned host buffer of the last "
+                                "sleep is too small and cannot be freed (%s); the pool is as it "
+                                "was", gm_backend_last_error());
+    if (!z->host) {
+        void *host = NULL;
+        st = DEVICE_CALL(pool, GM_CALL_HOST_ALLOC, be->ops->host_alloc(be, bytes, &host));
+        if (st != GM_OK) {
+            saved_drop(z);
+            char b[32];
+            pool_format_bytes(b, sizeof b, bytes);
+            return pool_fail_locked(pool, st, "gm_pool_sleep: no pinned host memory for %s of "
+                                    "saved contents (%s); the pool is as it was", b,
+                                    gm_backend_last_error());
+        }
+        z->host = host;
+        z->host_bytes = bytes;
     }
-    z->host_bytes = bytes;
+    if (!z->saved) /* host_buffer_free_locked dropped it: again */
+        z->saved = gm_host_calloc(count, sizeof *z->saved);
+    if (!z->saved)
+        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
+                                "gm_pool_sleep: host memory exhausted (%zu saved blocks)", count);
     size_t off = 0;
     FOR_LIVE_BLOCKS(pool, b)
         if (st == GM_OK && tag_set_has(keep, b->tag_id)) {
@@ -213,16 +235,11 @@ static gm_status save_locked(gm_pool *pool, const tag_set *keep, const stream_li
     if (st == GM_OK)
         st = sst;
     if (st != GM_OK) {
-        const char *why = gm_backend_last_error();
-        if (sst == GM_OK) /* no copy is still writing into it */
-            (void)host_buffer_free_locked(pool);
-        else { /* freed at the next sleep or at destruction, when nothing writes into it */
-            free(z->saved);
-            z->saved = NULL;
-            z->saved_count = 0;
-        }
+        /* The buffer stays: a copy may still write into it until its stream is synchronized,
+         * which the next sleep does before it uses the buffer again. */
+        saved_drop(z);
         return pool_fail_locked(pool, st, "gm_pool_sleep: copying the contents to the host "
-                                "failed (%s); the pool is as it was", why);
+                                "failed (%s); the pool is as it was", gm_backend_last_error());
     }
     return GM_OK;
 }
@@ -254,13 +271,6 @@ gm_status gm_pool_sleep(gm_pool *pool, const char *offload_tags)
     gm_status st = tag_set_parse(pool, offload_tags, &keep);
     if (st != GM_OK)
         return pool_unlock(pool, st);
-    if (z->host) /* a buffer whose free was refused at the last wake: again */
-        (void)host_buffer_free_locked(pool);
-    if (z->host)
-        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_BACKEND,
-                                                  "gm_pool_sleep: the host buffer of the last "
-                                                  "sleep cannot be freed: %s",
-                                                  gm_backend_last_error()));
     /* Every cache empty and every pending free finished, so that only live blocks hold pages. */
     st = drain_locked(pool);
     stream_list streams = {0};
@@ -356,7 +366,7 @@ gm_status gm_pool_wake(gm_pool *pool)
         st = sst;
     if (st != GM_OK)
         return pool_unlock(pool, wake_undo_locked(pool, st, "copying the saved contents back"));
-    (void)host_buffer_free_locked(pool); /* refused: kept, freed at the next sleep or destroy */
+    saved_drop(z); /* the buffer stays for the next sleep (gm_trim frees it) */
     z->asleep = false;
     pool->cache.enabled = !pool->cfg.cache_disable;
     pool->tc_watch = z->tc_watch;
@@ -367,6 +377,12 @@ gm_status gm_pool_wake(gm_pool *pool)
 
 gm_status sleep_trim_locked(gm_pool *pool)
 {
+    if (!pool->sleep.asleep) /* awake: the pinned buffer kept for the next sleep goes */
+        return host_buffer_free_locked(pool) == GM_OK
+                   ? GM_OK
+                   : pool_fail_locked(pool, GM_ERR_BACKEND, "gm_trim: the pinned host buffer of "
+                                      "the last sleep cannot be freed: %s",
+                                      gm_backend_last_error());
     gm_status st = release_all_locked(pool);
     if (st != GM_OK)
         pool_fail_locked(pool, st, "gm_trim: the pool is asleep and the device still refuses "

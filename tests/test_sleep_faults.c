@@ -285,14 +285,14 @@ static void sweep(bool host, bool wake)
         return;
     /* The paths made and failed every kind they are supposed to. */
     uint32_t want = FAULT_BIT(FAULT_STREAM_SYNC) | FAULT_BIT(FAULT_COPY_DTOH) |
-                    FAULT_BIT(FAULT_COPY_HTOD) | FAULT_BIT(FAULT_HOST_FREE);
+                    FAULT_BIT(FAULT_COPY_HTOD);
     want |= wake ? FAULT_BIT(FAULT_PHYS_CREATE) | FAULT_BIT(FAULT_MAP)
                  : FAULT_BIT(FAULT_HOST_ALLOC) | FAULT_BIT(FAULT_UNMAP) |
                        FAULT_BIT(FAULT_PHYS_RELEASE) | FAULT_BIT(FAULT_EVENT_QUERY);
     if (wake)
         want &= ~FAULT_BIT(FAULT_COPY_DTOH);
     else
-        want &= ~(FAULT_BIT(FAULT_COPY_HTOD) | FAULT_BIT(FAULT_HOST_FREE));
+        want &= ~FAULT_BIT(FAULT_COPY_HTOD);
     for (int k = 0; k < FAULT_KINDS; k++)
         if ((want >> k & 1) && !CHECK(kinds >> k & 1))
             fprintf(stderr, "    %s: no %s call was failed\n", wake ? "wake" : "sleep",
