@@ -26,8 +26,9 @@ Modes (each a process of its own; `all` runs them and compares):
 
 Needs torch with CUDA and transformers. Prints one JSON line (`all`: {"ok": ..., "gpumem":
 {...}, "tms": {...}, "checks": {...}}); exit status 0 only when every gpumem check passed.
-Targets (issue text): sleep + wake time <= 1.2 x bytes saved / the measured bandwidths; with
-nothing saved, <= 50 ms per 10 GiB given back.
+Targets (issue text): sleep + wake time <= 1.2 x bytes saved / the measured bandwidths (checked
+on the second cycle, which reuses the pinned buffer; the first, which pins it, is reported
+beside it); with nothing saved, <= 50 ms per 10 GiB given back.
 """
 
 import argparse
@@ -256,6 +257,16 @@ def child(args):
         ideal = out["saved_bytes"] / bw["d2h"] + out["saved_bytes"] / bw["h2d"]
         out["ideal_copy_s"] = ideal
         out["sleep_wake_over_ideal"] = (out["sleep_s"] + out["wake_s"]) / ideal if ideal else None
+        # A second cycle: the pinned buffer of the first is reused (no pinning: docs/sleep.md).
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        ph.gmt.sleep(offload=["weights", "optimizer"])
+        t1 = time.perf_counter()
+        ph.gmt.wake()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        out["sleep2_s"], out["wake2_s"] = t1 - t0, t2 - t1
+        out["sleep_wake_over_ideal_reused"] = (t2 - t0) / ideal if ideal else None
         torch.cuda.synchronize()
         reserved = torch.cuda.memory_reserved()
         t0 = time.perf_counter()
@@ -313,7 +324,8 @@ def main():
         checks["infer_needed_the_sleep"] = not g["infer_fits_without_sleep"]
         checks["reserved_zero_asleep"] = g["reserved_while_asleep"] == 0
         checks["allocated_kept_asleep"] = g["allocated_while_asleep"] > 0
-        checks["sleep_wake_within_1.2x_bandwidth"] = (g["sleep_wake_over_ideal"] or 99) <= 1.2
+        checks["sleep_wake_within_1.2x_bandwidth"] = (g["sleep_wake_over_ideal_reused"] or 99) <= 1.2
+        checks["first_sleep_wake_within_1.2x_bandwidth"] = (g["sleep_wake_over_ideal"] or 99) <= 1.2
         checks["nosave_within_50ms_per_10GiB"] = (
             g["nosave_sleep_ms_per_10GiB"] + g["nosave_wake_ms_per_10GiB"]) <= 50
     t = res.get("tms", {})
@@ -327,7 +339,8 @@ def main():
         r = res.get(m, {})
         summary[m] = {k: r.get(k) for k in (
             "given_back_bytes", "saved_bytes", "sleep_s", "wake_s", "bw_d2h_Bps", "bw_h2d_Bps",
-            "ideal_copy_s", "sleep_wake_over_ideal", "nosave_sleep_ms_per_10GiB",
+            "ideal_copy_s", "sleep_wake_over_ideal", "sleep2_s", "wake2_s",
+            "sleep_wake_over_ideal_reused", "nosave_sleep_ms_per_10GiB",
             "nosave_wake_ms_per_10GiB", "trainer_bytes", "infer_need_bytes", "graph_same",
             "skipped", "failed", "stderr_tail") if r.get(k) is not None}
     summary["device"] = g.get("device")
