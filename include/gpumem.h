@@ -60,6 +60,7 @@ typedef enum gm_status {
     GM_ERR_HOST_MEMORY,       /* malloc of host-side metadata failed */
     GM_ERR_CORRUPT,           /* gm_pool_check found an invariant broken (a gpumem bug) */
     GM_ERR_ABORTED,           /* a caller's callback asked to stop (snapshot writer) */
+    GM_ERR_ASLEEP,            /* the pool is asleep (gm_pool_sleep): gm_pool_wake first */
     GM_STATUS_COUNT
 } gm_status;
 
@@ -100,6 +101,10 @@ typedef enum gm_call {
     GM_CALL_STREAM_WAIT,   /* cuStreamWaitEvent */
     GM_CALL_MEM_INFO,      /* cuMemGetInfo */
     GM_CALL_STREAM_SYNC,   /* cuStreamSynchronize: the host waits for the stream's work */
+    GM_CALL_HOST_ALLOC,    /* cuMemHostAlloc: pinned host memory (gm_pool_sleep's copies) */
+    GM_CALL_HOST_FREE,     /* cuMemFreeHost */
+    GM_CALL_COPY_DTOH,     /* cuMemcpyDtoHAsync: device to pinned host memory */
+    GM_CALL_COPY_HTOD,     /* cuMemcpyHtoDAsync: pinned host memory to device */
     GM_CALL_KINDS
 } gm_call;
 
@@ -586,6 +591,64 @@ GM_API gm_status gm_defrag_maybe(gm_pool *pool, gm_stream stream, size_t max_byt
                                  gm_defrag_result *out);
 
 /* ---------------------------------------------------------------------------------------------
+ * Tags, sleep and wake (docs/sleep.md)
+ *
+ * A program that shares one GPU between phases (an RL trainer and an inference engine taking
+ * turns) gives a pool's physical memory back between its phases and takes it again later, at
+ * the same addresses, so that pointers and CUDA graphs captured before stay valid. Tags name
+ * groups of blocks, so that sleep can keep some groups' contents ("weights") and drop others
+ * ("kv_cache").
+ * ------------------------------------------------------------------------------------------- */
+
+/* Longest tag name (without the NUL), deepest nesting, most distinct names in a process. */
+#define GM_TAG_NAME_MAX 31
+#define GM_TAG_DEPTH_MAX 16
+#define GM_TAG_MAX 255
+
+/* The calling thread's current tag names the blocks it allocates from now on (every pool; the
+ * thread caches' fast path too), until the matching gm_tag_pop. Names are 1..31 characters of
+ * [A-Za-z0-9_.-], kept process-wide (at most GM_TAG_MAX distinct names); tags nest at most
+ * GM_TAG_DEPTH_MAX deep. Fails: GM_ERR_INVALID_ARGUMENT (NULL, an empty, long or bad name, too
+ * deep; gm_last_error(NULL) says which), GM_ERR_HOST_MEMORY (the table of names is full).
+ * O(names). Thread-safe (per thread). */
+GM_API gm_status gm_tag_push(const char *name);
+/* End the current tag: the one pushed before it is current again. Fails:
+ * GM_ERR_INVALID_ARGUMENT when nothing is pushed. O(1). */
+GM_API gm_status gm_tag_pop(void);
+/* The calling thread's current tag; "default" when nothing is pushed. Never NULL; static. */
+GM_API const char *gm_tag_current(void);
+
+/* Give every physical page of the pool back to the device, keeping every live block's virtual
+ * address. First the streams the pool has used are synchronized (counted as stream_sync) and
+ * every cache is emptied; then the contents of the live blocks whose tag is in `offload_tags`
+ * are copied to pinned host memory: "*" or NULL every block's, "" none, or a comma-separated
+ * list of tag names ("weights,optimizer"). Other blocks' contents are discarded (undefined after
+ * gm_pool_wake). Then every run of pages is unmapped and released (free, cached and idle pages
+ * too, and the old mappings of recycled runs). While asleep: gm_alloc, gm_alloc_movable,
+ * gm_record_stream, gm_ipc_export and compaction fail with GM_ERR_ASLEEP; gm_free works (the
+ * block's saved contents are not copied back); gm_pool_stats, snapshots and gm_pool_check work
+ * (reserved bytes drop to what is still mapped: normally 0; live bytes are unchanged); gm_trim
+ * retries releases that failed; gm_pool_destroy works.
+ * Fails: GM_ERR_INVALID_ARGUMENT (pool NULL, a bad tag list), GM_ERR_ASLEEP (already asleep),
+ * GM_ERR_UNSUPPORTED (plain segments cannot keep addresses without their memory: use
+ * segments=vmm or auto on a device with VMM; or a block is exported to another process),
+ * GM_ERR_BACKEND / GM_ERR_OUT_OF_MEMORY / GM_ERR_HOST_MEMORY: when the synchronization, the host
+ * memory or a copy fails the pool is as it was; when an unmap or release fails after the copies
+ * the pool is asleep all the same (gm_pool_stats' `asleep`), holding that memory still, counted
+ * in reserved bytes, and gm_trim or gm_pool_wake take it up again. Contents saved are never
+ * lost. O(blocks + pages). Thread-safe; no other call on the pool may run meanwhile. */
+GM_API gm_status gm_pool_sleep(gm_pool *pool, const char *offload_tags);
+
+/* Map new physical pages under every live block at its address, copy the saved contents back,
+ * free the host copies; the pool serves allocations again. Fails: GM_ERR_INVALID_ARGUMENT (pool
+ * NULL, or the pool is awake), GM_ERR_OUT_OF_MEMORY (the device cannot give the memory back
+ * now: another program holds it), GM_ERR_BACKEND, GM_ERR_HOST_MEMORY; the pool then stays
+ * asleep with its host copies, having given back what this call mapped (or holding it, counted,
+ * if the device refused that too), and the call may be retried. O(blocks + pages).
+ * Thread-safe. */
+GM_API gm_status gm_pool_wake(gm_pool *pool);
+
+/* ---------------------------------------------------------------------------------------------
  * Several devices and several processes (docs/multi-gpu.md)
  *
  * A pool is memory of one device: the device of its backend. A program with several GPUs
@@ -717,6 +780,13 @@ typedef struct gm_stats {
     size_t exported_blocks;      /* live blocks with an IPC export outstanding */
     size_t exported_bytes;       /* their requested bytes */
     size_t export_held_blocks;   /* of those, freed by the program: held until released */
+
+    /* Sleep and wake (docs/sleep.md). */
+    int asleep;                  /* nonzero between gm_pool_sleep and gm_pool_wake */
+    size_t sleep_host_bytes;     /* pinned host memory holding saved block contents (asleep) */
+    size_t sleep_saved_bytes;    /* of those, bytes of blocks still live (freed ones are not
+                                    copied back) */
+    uint64_t sleeps, wakes;      /* gm_pool_sleep / gm_pool_wake calls that succeeded */
 } gm_stats;
 
 /* Fill *out. Fragmentation fields walk every free block: O(blocks). Thread-safe. */

@@ -90,6 +90,7 @@ static GM_INLINE gm_status alloc_request_locked(gm_pool *pool, const gm_request 
     flags_set(b, 0);
     b->handle = handle;
     b->tag = stream;
+    b->tag_id = gm_tag_tls;
     b->requested = size;
     b->handed_out = 1; /* for a later free's diagnosis (error.c) */
     live_shard *sh = shard_of(pool, b->addr);
@@ -251,6 +252,10 @@ gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream)
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_record_stream", "pool is NULL");
     gm_mutex_lock(&pool->lock);
+    if (pool->sleep.asleep) /* its streams were synchronized for the sleep: order is gone */
+        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_ASLEEP,
+                                                  "gm_record_stream: the pool is asleep "
+                                                  "(gm_pool_sleep): gm_pool_wake first"));
     live_shard *sh = shard_of(pool, (uintptr_t)ptr);
     spin_lock(&sh->lock); /* the lock-free free path reads extra_count under it */
     gm_block *b = bmap_lookup(&sh->map, (uintptr_t)ptr);

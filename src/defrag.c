@@ -289,6 +289,7 @@ static bool move_block_locked(gm_pool *pool, gm_arena *a, gm_block *c, gm_block 
         }
     nb->requested = c->requested;
     nb->tag = c->tag;
+    nb->tag_id = c->tag_id;
     nb->handle = c->handle;
     live_shard *sn = shard_of(pool, nb->addr), *so = shard_of(pool, c->addr);
     live_shard *first = sn < so ? sn : so, *second = sn < so ? so : sn;
@@ -531,14 +532,23 @@ gm_status gm_pool_set_relocate_callback(gm_pool *pool, gm_relocate_fn fn, void *
     return pool_unlock(pool, GM_OK);
 }
 
+/* Compaction on a sleeping pool: its blocks have no memory to copy. */
+static gm_status refuse_asleep_locked(gm_pool *pool, const char *fn)
+{
+    return pool_fail_locked(pool, GM_ERR_ASLEEP,
+                            "%s: the pool is asleep (gm_pool_sleep): gm_pool_wake first", fn);
+}
+
 gm_status gm_defrag_step(gm_pool *pool, gm_stream stream, size_t max_bytes,
                          gm_defrag_result *out)
 {
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_defrag_step", "pool is NULL");
-    gm_defrag_result res;
+    gm_defrag_result res = {0};
     gm_mutex_lock(&pool->lock);
-    gm_status st = pool_unlock(pool, step_locked(pool, stream, max_bytes, &res));
+    gm_status st = pool->sleep.asleep ? refuse_asleep_locked(pool, "gm_defrag_step")
+                                      : step_locked(pool, stream, max_bytes, &res);
+    st = pool_unlock(pool, st);
     if (out)
         *out = res;
     return st;
@@ -551,6 +561,11 @@ gm_status gm_defrag_maybe(gm_pool *pool, gm_stream stream, size_t max_bytes,
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_defrag_maybe", "pool is NULL");
     gm_defrag_result res = {0};
     gm_mutex_lock(&pool->lock);
+    if (pool->sleep.asleep) {
+        if (out)
+            *out = res;
+        return pool_unlock(pool, refuse_asleep_locked(pool, "gm_defrag_maybe"));
+    }
     free_summary fs;
     tcache_stop_world_locked(pool);
     free_summary_locked(pool, &fs);

@@ -26,6 +26,7 @@ const char *gm_status_str(gm_status status)
         [GM_ERR_HOST_MEMORY] = "host memory exhausted",
         [GM_ERR_CORRUPT] = "pool corrupt",
         [GM_ERR_ABORTED] = "aborted by callback",
+        [GM_ERR_ASLEEP] = "the pool is asleep",
     };
     if ((unsigned)status >= GM_STATUS_COUNT)
         return "unknown status";

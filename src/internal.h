@@ -109,6 +109,7 @@ typedef struct gm_block {
                               that makes the record; a merge keeps the left record's): a free
                               block with it set is a double free's target, without it a
                               pointer the pool never returned there (error.c) */
+    uint8_t tag_id;        /* live: the allocating thread's tag at allocation (tag.c) */
     uint16_t free_class;   /* free (tlsf): the list it is filed on, set when filed, so that
                               unfiling need not recompute it; stale otherwise */
 } gm_block;
@@ -484,6 +485,31 @@ static inline void tracing_free(gm_trace *t, void *ptr, size_t size, gm_stream s
     tracing_append(t, (uintptr_t)ptr | TRACE_FREE, size, stream);
 }
 
+/* A live block's contents saved in pinned host memory while the pool sleeps (sleep.c). */
+typedef struct sleep_saved {
+    uintptr_t addr;   /* the block's address: it is still live at wake iff the live map has it */
+    size_t size;      /* bytes saved (its requested bytes) */
+    size_t offset;    /* into the host buffer */
+    gm_stream stream; /* the block's stream: the copies are ordered there */
+} sleep_saved;
+
+/* gm_pool_sleep's state (sleep.c), under the pool lock. While asleep the reserve limit is 0, so
+ * that every allocation is refused on the locked path's existing test (alloc_refused_locked
+ * says why), and the thread caches are off (tc_live 0), so that no allocation takes the lock-free
+ * path: neither path pays an instruction for sleep. */
+typedef struct pool_sleep {
+    bool asleep;
+    size_t limit;      /* the reserve limit to restore at wake */
+    unsigned tc_live;  /* the thread caches' state to restore at wake */
+    bool tc_watch;
+    void *host;        /* one pinned host buffer for every saved block, or NULL; kept after the
+                          wake for the next sleep, freed by gm_trim(pool, 0) and destruction */
+    size_t host_bytes;
+    sleep_saved *saved;
+    size_t saved_count;
+    uint64_t sleeps, wakes;
+} pool_sleep;
+
 struct gm_pool {
     /* What the strategies may touch: block records, the settings. First, so that passing
      * &pool->strat costs no instruction where the pool is at hand. */
@@ -599,6 +625,7 @@ struct gm_pool {
     /* GM_DEBUG 3: gm_pool_check after every public call (stats.c: debug_validate_locked),
      * installed by the pool for pool_unlock (error.c). */
     void (*debug_check)(gm_pool *pool);
+    pool_sleep sleep; /* gm_pool_sleep / gm_pool_wake (sleep.c) */
     gm_error_fn error_fn;
     void *error_user;
     char error_text[GM_ERROR_TEXT];
@@ -720,6 +747,29 @@ void error_forget_pool(const gm_pool *pool);
 
 /* --- stats.c --- */
 void debug_validate_locked(gm_pool *pool); /* GM_DEBUG 3: gm_pool_check holds, or abort */
+
+/* --- tag.c: tags (docs/sleep.md) --- */
+/* The calling thread's current tag (0 = "default"): both allocation paths store it in the
+ * block (gm_block.tag_id). */
+extern _Thread_local uint8_t gm_tag_tls;
+const char *tag_name(unsigned id); /* "?" for an id no name has */
+/* The id of tag `name` (len bytes, not NUL-terminated). `add`: interned if new (fails when the
+ * table is full); else GM_TAG_MAX + 1 for a name no block can have. A bad name:
+ * GM_ERR_INVALID_ARGUMENT; *why says what is wrong. */
+gm_status tag_lookup(const char *name, size_t len, bool add, unsigned *out, const char **why);
+
+/* --- sleep.c: gm_pool_sleep / gm_pool_wake (docs/sleep.md) --- */
+/* gm_trim: on a sleeping pool release again what the sleep could not give back; on an awake one
+ * free the pinned host buffer the last sleep kept for the next. */
+gm_status sleep_trim_locked(gm_pool *pool);
+/* At destruction: free the host copies (the pool lock held). Returns the releases that failed. */
+uint64_t sleep_fini_locked(gm_pool *pool);
+/* gm_pool_check's part while asleep: nothing may allocate, no old mapping remains, the free
+ * bytes (`free_bytes`, on pages still mapped) fit in what is held, the saved blocks in the host
+ * buffer. */
+gm_status sleep_check_locked(gm_pool *pool, size_t free_bytes, size_t unreleased);
+/* The reserve limit to apply now: `limit` awake, kept for the wake while asleep. */
+void sleep_set_limit_locked(gm_pool *pool, size_t limit);
 
 /* --- pool.c, alloc.c: the front door --- */
 
@@ -902,6 +952,16 @@ uintptr_t vmm_fresh_addr(const gm_arena *a, const gm_span *s);
 void vmm_mapping_bounds(const gm_arena *a, uintptr_t addr, size_t size, uintptr_t *base,
                         size_t *len);
 size_t release_free_memory_locked(gm_pool *pool, size_t target, size_t max_segment);
+/* Sleep and wake (sleep.c). Unmap and release every run of VMM arena a, idle or in use, keeping
+ * the page table's users (the blocks keep their addresses). A run whose unmap fails stays mapped
+ * (and counted); a handle whose release fails goes on the unreleased list. The first failure is
+ * returned; the rest are still tried. The caller has synchronized the streams and unmapped
+ * every old mapping. */
+gm_status vmm_release_all_locked(gm_pool *pool, gm_arena *a);
+/* Map new runs under every unmapped page of VMM arena a that a block uses (users > 0), in
+ * stretches of at most vmm_run_pages pages. On failure what this call mapped stays mapped (the
+ * caller releases it with vmm_release_all_locked). */
+gm_status vmm_map_used_locked(gm_pool *pool, gm_arena *a);
 size_t releasable_bytes_locked(gm_pool *pool, size_t max_segment);
 size_t vmm_page_of(const gm_arena *a, uintptr_t addr);
 /* Free memory inside reserved memory: its total, largest range, and sizes by histogram bin. */

@@ -169,6 +169,9 @@ GM_COLD gm_status alloc_refused_locked(gm_pool *pool, const gm_request *rq,
                                               gm_stream stream)
 {
     size_t size = rq->size;
+    if (pool->sleep.asleep) /* its reserve limit is 0 meanwhile (sleep.c): every request is here */
+        return pool_fail_locked(pool, GM_ERR_ASLEEP,
+                                "gm_alloc: the pool is asleep (gm_pool_sleep): gm_pool_wake first");
     if (size == 0)
         return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
                                 "gm_alloc: size 0 is not a valid request");

@@ -227,6 +227,7 @@ static uint64_t pool_teardown(gm_pool *pool)
                 lost += span_release_force_locked(pool, a->spans) != GM_OK;
             a->ops->fini(&pool->strat, a);
         }
+    lost += sleep_fini_locked(pool); /* a sleeping pool's host copies */
     for (size_t i = 0; i < pool->event_count; i++) /* a refused one is left to the device */
         lost += DEVICE_CALL(pool, GM_CALL_EVENT_DESTROY,
                             be->ops->event_destroy(be, pool->events[i])) != GM_OK;
@@ -307,6 +308,9 @@ gm_status gm_trim(gm_pool *pool, size_t keep_bytes)
         for (size_t h = 0; h < pool->heap_count; h++)
             for (int k = 0; k < ARENA_COUNT; k++)
                 vmm_release_ranges_locked(pool, &pool->heaps[h].arenas[k]);
+    /* Asleep: what the sleep could not give back, again; awake: the pinned buffer it kept. */
+    if (st == GM_OK && (pool->sleep.asleep || (keep_bytes == 0 && pool->sleep.host)))
+        st = sleep_trim_locked(pool);
     return pool_unlock(pool, st);
 }
 
@@ -346,6 +350,6 @@ gm_status gm_pool_set_reserve_limit(gm_pool *pool, size_t bytes, double fraction
                                                   "not in [0, 1] (0 = no cap)", fraction));
     pool->cfg.reserve_limit_bytes = bytes;
     pool->cfg.reserve_limit_fraction = fraction;
-    pool->limit = effective_limit(&pool->cfg, pool->backend->caps.capacity);
+    sleep_set_limit_locked(pool, effective_limit(&pool->cfg, pool->backend->caps.capacity));
     return pool_unlock(pool, GM_OK);
 }

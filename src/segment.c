@@ -645,20 +645,13 @@ static gm_status runs_grant_locked(gm_pool *pool, gm_arena *a, size_t first, siz
 
 /* The page table's side of an unmap of idle run h: its pages unmapped, its handle (still
  * reserved) in *phys. */
+static void run_forget_any(gm_arena *a, size_t h);
+
 static void run_forget(gm_arena *a, size_t h, gm_phys *phys)
 {
-    size_t n = a->pages[h].run_len;
+    GM_ASSERT(a->pages[h].run_busy == 0);
     *phys = a->pages[h].phys;
-    run_idle_remove(a, h);
-    run_flag_ungranted(a, h, false); /* unmapped: a later map grants the peers again */
-    for (size_t p = h; p < h + n; p++) {
-        idle_remove(a, p);
-        a->pages[p].phys = 0;
-        a->pages[p].run = PAGE_NONE;
-    }
-    a->pages[h].run_len = a->pages[h].run_busy = 0;
-    a->mapped_pages -= n;
-    range_of_page(a, h)->mapped -= n;
+    run_forget_any(a, h);
 }
 
 /* Unmap idle run h (no page in use), keeping its handle (still reserved) in *phys. A failed
@@ -714,6 +707,81 @@ void unreleased_retry_locked(gm_pool *pool)
         }
     }
     pool->unreleased_count = kept;
+}
+
+/* ---- sleep and wake (sleep.c): every run released, the blocks keeping their addresses ----
+ *
+ * gm_pool_sleep gives back every run, in use or not: the page table keeps each page's users
+ * (the blocks over it stay where they are), so a page may be used and unmapped while the pool
+ * sleeps, and gm_pool_wake maps new runs under exactly the used pages. */
+
+/* The page table's side of an unmap of run h, idle or in use: its pages unmapped (the idle
+ * ones off the idle list), their users kept. */
+static void run_forget_any(gm_arena *a, size_t h)
+{
+    size_t n = a->pages[h].run_len;
+    if (!a->pages[h].run_busy)
+        run_idle_remove(a, h);
+    run_flag_ungranted(a, h, false); /* unmapped: a later map grants the peers again */
+    for (size_t p = h; p < h + n; p++) {
+        if (!a->pages[p].users)
+            idle_remove(a, p);
+        a->pages[p].phys = 0;
+        a->pages[p].run = PAGE_NONE;
+    }
+    a->pages[h].run_len = a->pages[h].run_busy = 0;
+    a->mapped_pages -= n;
+    range_of_page(a, h)->mapped -= n;
+}
+
+gm_status vmm_release_all_locked(gm_pool *pool, gm_arena *a)
+{
+    gm_backend *be = pool->backend;
+    size_t gran = pool->granularity;
+    gm_status first = GM_OK;
+    for (size_t h = 0; h < a->page_hwm && a->mapped_pages; h++) {
+        vmm_page *pg = &a->pages[h];
+        if (!pg->phys || pg->run != h)
+            continue;
+        size_t n = pg->run_len;
+        gm_phys phys = pg->phys;
+        gm_status st = DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, page_addr(a, h, gran),
+                                                                       n * gran));
+        if (st == GM_OK) { /* a failed release keeps the handle on the unreleased list */
+            run_forget_any(a, h);
+            st = phys_release(pool, phys, n * gran);
+        }
+        if (first == GM_OK)
+            first = st;
+        h += n - 1;
+    }
+    return first;
+}
+
+static gm_status run_create(gm_pool *pool, gm_arena *a, size_t p, size_t n);
+
+gm_status vmm_map_used_locked(gm_pool *pool, gm_arena *a)
+{
+    size_t max = pool->cfg.vmm_run_pages;
+    for (size_t r = 0; r < a->range_count; r++) {
+        const vmm_range *vr = &a->ranges[r];
+        size_t end = vr->first + vr->count < a->page_hwm ? vr->first + vr->count : a->page_hwm;
+        for (size_t p = vr->first; p < end;) {
+            if (!a->pages[p].users || a->pages[p].phys) {
+                p++;
+                continue;
+            }
+            size_t q = p;
+            while (q < end && q - p < max && a->pages[q].users && !a->pages[q].phys)
+                q++;
+            gm_status st = run_create(pool, a, p, q - p);
+            if (st != GM_OK)
+                return st;
+            a->pages[p].fresh = false;
+            p = q;
+        }
+    }
+    return GM_OK;
 }
 
 bool vmm_pages_wait_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size)

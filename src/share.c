@@ -257,6 +257,10 @@ gm_status gm_ipc_export(gm_pool *pool, void *ptr, gm_ipc_handle *out)
     if (!pool || !out)
         return fail_arg(pool, "gm_ipc_export", "pool or out is NULL");
     gm_mutex_lock(&pool->lock);
+    if (pool->sleep.asleep) /* the block has no memory to share */
+        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_ASLEEP,
+                                                  "gm_ipc_export: the pool is asleep "
+                                                  "(gm_pool_sleep): gm_pool_wake first"));
     live_shard *sh = shard_of(pool, (uintptr_t)ptr);
     spin_lock(&sh->lock);
     gm_block *b = ptr ? bmap_lookup(&sh->map, (uintptr_t)ptr) : NULL;

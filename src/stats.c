@@ -68,6 +68,14 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
         out->vmm_alias_pages += cur->n;
     out->vmm_unmaps_async = pool->unmap.unmapped;
     share_stats_locked(pool, out);
+    const pool_sleep *z = &pool->sleep;
+    out->asleep = z->asleep;
+    out->sleep_host_bytes = z->host_bytes;
+    for (size_t i = 0; i < z->saved_count; i++) /* blocks freed while asleep are not restored */
+        if (bmap_lookup(&shard_of(pool, z->saved[i].addr)->map, z->saved[i].addr))
+            out->sleep_saved_bytes += z->saved[i].size;
+    out->sleeps = z->sleeps;
+    out->wakes = z->wakes;
 }
 
 gm_status gm_pool_stats(gm_pool *pool, gm_stats *out)
@@ -129,6 +137,8 @@ static void snapshot_span(const gm_pool *pool, jw *j, const gm_span *s, uint64_t
         jw_u64(j, "size", b->size);
         jw_u64(j, "requested", b->requested);
         jw_string(j, "state", block_state(b));
+        if (!(b->flags & (BLOCK_FREE | BLOCK_CACHED | BLOCK_THREAD | BLOCK_PENDING)))
+            jw_string(j, "tag", tag_name(b->tag_id)); /* set at allocation: live blocks only */
         if (exports) {
             jw_u64(j, "ipc_exports", exports);
             jw_bool(j, "held", b->flags & BLOCK_HELD);
@@ -159,6 +169,11 @@ static void snapshot_stats(jw *j, const gm_stats *st)
     jw_u64(j, "exported_blocks", st->exported_blocks);
     jw_u64(j, "exported_bytes", st->exported_bytes);
     jw_u64(j, "export_held_blocks", st->export_held_blocks);
+    jw_bool(j, "asleep", st->asleep);
+    jw_u64(j, "sleep_host_bytes", st->sleep_host_bytes);
+    jw_u64(j, "sleep_saved_bytes", st->sleep_saved_bytes);
+    jw_u64(j, "sleeps", st->sleeps);
+    jw_u64(j, "wakes", st->wakes);
     jw_end_object(j);
 }
 
@@ -179,6 +194,7 @@ gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
     jw_i64(j, "device", st.device);
     peers_array(j, "peers", st.peer_devices);
     jw_u64(j, "granularity", pool->granularity);
+    jw_bool(j, "asleep", st.asleep);
     jw_begin_array(j, "segments");
     for (size_t h = 0; h < pool->heap_count && !j->failed; h++)
         for (int k = 0; k < ARENA_COUNT; k++)
@@ -285,7 +301,7 @@ static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *u
             break; /* nothing was ever mapped beyond the high-water mark */
         if (pg->users != users[p])
             return CORRUPT("page %zu has %u users, blocks say %u", p, pg->users, users[p]);
-        if (pg->users && !pg->phys)
+        if (pg->users && !pg->phys && !pool->sleep.asleep) /* asleep: no page need be mapped */
             return CORRUPT("page %zu is used but not mapped", p);
         if (pg->ungranted && (!pg->phys || pg->run != p || pg->run_busy))
             return CORRUPT("page %zu is flagged ungranted but heads no idle run", p);
@@ -423,11 +439,15 @@ gm_status pool_check_locked(gm_pool *pool)
     /* Reserved bytes may exceed the limit: gm_pool_set_reserve_limit may lower it below them. */
     free_summary fs;
     free_summary_locked(pool, &fs);
-    if (fs.total != pool->reserved_bytes - t.allocated_bytes - rc.pending_bytes - spare)
+    gm_status st = pool->sleep.asleep ? sleep_check_locked(pool, fs.total, spare) : GM_OK;
+    if (st != GM_OK)
+        return st;
+    if (!pool->sleep.asleep && /* asleep, live blocks hold no memory: sleep_check_locked */
+        fs.total != pool->reserved_bytes - t.allocated_bytes - rc.pending_bytes - spare)
         return CORRUPT("free bytes %zu != reserved %zu - allocated %zu - pending %zu - "
                        "unreleased %zu", fs.total, pool->reserved_bytes, t.allocated_bytes,
                        rc.pending_bytes, spare);
-    gm_status st = share_check_locked(pool, rc.exported);
+    st = share_check_locked(pool, rc.exported);
     return st != GM_OK ? st : defrag_check_locked(pool, rc.movable);
 }
 

@@ -315,6 +315,7 @@ static __attribute__((noinline)) bool take_entry(gm_pool *pool, gm_tcache *tc,
     size_t bsize = b->size, size = rq->size;
     b->requested = size;
     b->tag = stream;
+    b->tag_id = gm_tag_tls;
     flags_set(b, 0);
     set_toggle(set, 1ull << i);
     if (i != last) { /* the last entry moves into the hole */

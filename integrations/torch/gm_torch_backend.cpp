@@ -1252,6 +1252,91 @@ void trim(int dev, size_t keep) {
     TORCH_CHECK(gm_trim(p, keep) == GM_OK, "gpumem.torch.trim: ", gm_last_error(p));
 }
 
+// ---- sleep and wake (docs/sleep.md) ------------------------------------------------------
+// Over every pool of the installed allocator: each device's pool and the private pools of CUDA
+// graphs and MemPools. Enumerated afresh by each call (a private pool may come or go between a
+// sleep and a wake, e.g. the MemPool of an inference phase run between them); released private
+// pools waiting to be destroyed are trimmed instead.
+
+std::vector<gm_pool*> all_pools(bool trim_zombies) {
+    GmAllocator& A = installed();
+    std::vector<gm_pool*> pools;
+    int n = static_cast<int>(c10::cuda::device_count());
+    for (int d = 0; d < n; d++) {
+        gm_pool* p = A.pool_if_made(static_cast<DeviceIndex>(d));
+        if (!p) continue;  // the device was never used
+        pools.push_back(p);
+        DeviceState& D = A.dev_state(static_cast<DeviceIndex>(d));
+        std::lock_guard<std::mutex> g(D.mu);
+        for (auto& kv : D.privates)
+            if (kv.second->pool) pools.push_back(kv.second->pool);
+        if (trim_zombies)
+            for (auto& z : D.zombies)
+                if (z->pool) gm_trim(z->pool, 0);
+    }
+    return pools;
+}
+
+bool pool_asleep(gm_pool* p) {
+    gm_stats st{};
+    return gm_pool_stats(p, &st) == GM_OK && st.asleep;
+}
+
+// Wake every sleeping pool; the first failure's message, or "".
+std::string wake_pools(const std::vector<gm_pool*>& pools) {
+    std::string why;
+    for (gm_pool* p : pools)
+        if (pool_asleep(p) && gm_pool_wake(p) != GM_OK && why.empty()) why = gm_last_error(p);
+    return why;
+}
+
+void sleep_all(const std::string& offload_tags) {
+    std::vector<gm_pool*> pools = all_pools(true);
+    std::vector<gm_pool*> done;
+    for (gm_pool* p : pools) {
+        gm_status st = gm_pool_sleep(p, offload_tags.c_str());
+        if (st == GM_OK || (st != GM_ERR_ASLEEP && pool_asleep(p))) {  // asleep, some memory held
+            done.push_back(p);
+            if (st == GM_OK) continue;
+        }
+        std::string why = gm_last_error(p);
+        std::string undo = wake_pools(done);  // all or none: the pools already asleep wake
+        TORCH_CHECK(false, "gpumem.torch.sleep: ", gm_status_str(st), ": ", why,
+                    undo.empty() ? std::string(" (the pools put to sleep before it are awake again)")
+                                 : " (waking the pools put to sleep before it failed too: " + undo + ")");
+    }
+}
+
+void wake_all() {
+    // Released private pools (a MemPool the other phase used) give their memory back first.
+    std::string why = wake_pools(all_pools(true));
+    TORCH_CHECK(why.empty(), "gpumem.torch.wake: ", why, " (call wake() again to retry)");
+}
+
+// The sleep's figures of the device's pool (gm_stats' sleep fields).
+py::dict sleep_stats(int dev) {
+    gm_pool* p = installed().pool_for(static_cast<DeviceIndex>(dev));
+    gm_stats s{};
+    TORCH_CHECK(gm_pool_stats(p, &s) == GM_OK, "gpumem.torch.sleep_stats: ", gm_last_error(p));
+    py::dict d;
+    d["asleep"] = s.asleep != 0;
+    d["sleep_host_bytes"] = s.sleep_host_bytes;
+    d["sleep_saved_bytes"] = s.sleep_saved_bytes;
+    d["sleeps"] = s.sleeps;
+    d["wakes"] = s.wakes;
+    d["reserved_bytes"] = s.reserved_bytes;
+    d["live_bytes"] = s.live_bytes;
+    return d;
+}
+
+void tag_push(const std::string& name) {
+    TORCH_CHECK(gm_tag_push(name.c_str()) == GM_OK, "gpumem.torch.tag: ", gm_last_error(nullptr));
+}
+
+void tag_pop() {
+    TORCH_CHECK(gm_tag_pop() == GM_OK, "gpumem.torch.tag: ", gm_last_error(nullptr));
+}
+
 }  // namespace gmt
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -1271,4 +1356,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("debug_info", [](int dev) { return gmt::installed().debug_info(static_cast<c10::DeviceIndex>(dev)); },
           py::arg("device") = 0);
     m.def("version", [] { return std::string(gm_version()); });
+    m.def("sleep", &gmt::sleep_all, py::arg("offload_tags") = "*");
+    m.def("wake", &gmt::wake_all);
+    m.def("tag_push", &gmt::tag_push, py::arg("name"));
+    m.def("tag_pop", &gmt::tag_pop);
+    m.def("tag_current", [] { return std::string(gm_tag_current()); });
+    m.def("sleep_stats", &gmt::sleep_stats, py::arg("device") = 0);
 }

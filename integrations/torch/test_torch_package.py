@@ -50,6 +50,33 @@ if not have_torch:
         check("PyTorch" in msg and "not installed" in msg, "unclear message: " + msg)
     check(gmt.enabled() is False, "enabled() without the extension")
 
+# sleep(offload): what it asks the library to keep (docs/sleep.md), and the refusals.
+for name in ("sleep", "wake", "tag"):
+    check(hasattr(gmt, name) and name in gmt.__all__, "gpumem.torch lacks " + name)
+for offload, want in ((True, "*"), (False, ""), (None, ""), (["weights", "optimizer"], "weights,optimizer"),
+                      (("weights",), "weights"), ("kv_cache", "kv_cache"), (iter(["a"]), "a"), ([], "")):
+    got = gmt._offload_tags(offload)
+    check(got == want, "sleep(offload=%r) keeps %r, not %r" % (offload, got, want))
+for bad, exc in ((["a,b"], ValueError), ([""], ValueError), (["*"], ValueError), ([3], ValueError),
+                 (7, TypeError)):
+    try:
+        gmt._offload_tags(bad)
+        check(False, "sleep(offload=%r) accepted" % (bad,))
+    except exc:
+        pass
+if not have_torch:
+    for call in (lambda: gmt.sleep(), gmt.wake, lambda: gmt.tag("weights").__enter__()):
+        try:
+            call()
+            check(False, "sleep/wake/tag without the extension did not fail")
+        except gmt.GpumemError as e:
+            check("not installed" in str(e), "unclear message: %s" % e)
+try:
+    gmt.tag(3)
+    check(False, "tag(3) accepted")
+except TypeError:
+    pass
+
 # The settings enable() runs with: the backend's defaults, then the user's (which win).
 saved = os.environ.pop("GPUMEM_CONF", None)
 check(gmt.effective_conf() == gmt.DEFAULT_CONF, "no settings: %r" % gmt.effective_conf())

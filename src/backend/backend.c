@@ -103,6 +103,8 @@ const char *gm_call_str(gm_call call)
         [GM_CALL_EVENT_DESTROY] = "event_destroy", [GM_CALL_EVENT_RECORD] = "event_record",
         [GM_CALL_EVENT_QUERY] = "event_query",   [GM_CALL_STREAM_WAIT] = "stream_wait",
         [GM_CALL_MEM_INFO] = "mem_info",         [GM_CALL_STREAM_SYNC] = "stream_sync",
+        [GM_CALL_HOST_ALLOC] = "host_alloc",     [GM_CALL_HOST_FREE] = "host_free",
+        [GM_CALL_COPY_DTOH] = "copy_dtoh",       [GM_CALL_COPY_HTOD] = "copy_htod",
     };
     if ((unsigned)call >= GM_CALL_KINDS)
         return "unknown";

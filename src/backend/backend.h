@@ -63,6 +63,17 @@ typedef struct gm_backend_ops {
     /* Device-to-device copy of `size` bytes, ordered on `stream`. Ranges may not overlap. */
     gm_status (*copy)(gm_backend *b, uintptr_t dst, uintptr_t src, size_t size, gm_stream s);
 
+    /* Pinned host memory and copies between it and the device (gm_pool_sleep / gm_pool_wake):
+     * host_alloc returns `size` bytes of page-locked host memory (cuMemHostAlloc; sim: plain
+     * host memory), GM_ERR_HOST_MEMORY when the host cannot give them; copy_dtoh / copy_htod
+     * copy `size` bytes between device memory and such host memory, ordered on `stream`
+     * (the host must synchronize the stream before it reads or frees the host side). */
+    gm_status (*host_alloc)(gm_backend *b, size_t size, void **out);
+    gm_status (*host_free)(gm_backend *b, void *ptr);
+    gm_status (*copy_dtoh)(gm_backend *b, void *dst, uintptr_t src, size_t size, gm_stream s);
+    gm_status (*copy_htod)(gm_backend *b, uintptr_t dst, const void *src, size_t size,
+                           gm_stream s);
+
     /* Streams and events. event_query returns GM_OK when complete, GM_ERR_NOT_READY if not. */
     gm_status (*event_create)(gm_backend *b, gm_event *out);
     gm_status (*event_destroy)(gm_backend *b, gm_event ev);

@@ -74,7 +74,18 @@ static const cost_curve curves[GM_CALL_KINDS] = {
     [GM_CALL_STREAM_WAIT] = CURVE(event_record_points),
     [GM_CALL_MEM_INFO] = CURVE(mem_info_points),
     [GM_CALL_STREAM_SYNC] = CURVE(event_query_points), /* an idle stream: a query's cost */
+    /* Not measured: pinned host memory charged like device memory of the same size (both page
+     * in and register memory with the driver); host copies by host_copy_ns. */
+    [GM_CALL_HOST_ALLOC] = CURVE(mem_alloc_points),
+    [GM_CALL_HOST_FREE] = CURVE(mem_free_points),
+    [GM_CALL_COPY_DTOH] = {0, 0},
+    [GM_CALL_COPY_HTOD] = {0, 0},
 };
+
+/* Copies between pinned host memory and the device (gm_pool_sleep / gm_pool_wake): not measured
+ * in docs/anchors.md; PCIe 5 x16 / the H200's host link moves about 50 GB/s one way (50 B/ns),
+ * plus a copy's launch. */
+static const double host_copy_bytes_per_ns = 50.0;
 
 /* ANCHORS.md: device-to-device copy, one way: 0.2 TB/s at 1 MB (launch-bound, 5.3 us per copy),
  * 2.5 TB/s at 16 MB, 1.9 TB/s for >= 256 MB. Bandwidths in bytes per ns (1 TB/s = 1000 B/ns). */
@@ -109,8 +120,9 @@ uint64_t cost_model_ns(gm_call kind, size_t size)
     if ((unsigned)kind >= GM_CALL_KINDS)
         return 0;
     double bytes = (double)size;
-    double ns = kind == GM_CALL_COPY
-                    ? copy_ns(bytes)
+    double ns = kind == GM_CALL_COPY ? copy_ns(bytes)
+                : kind == GM_CALL_COPY_DTOH || kind == GM_CALL_COPY_HTOD
+                    ? copy_launch_ns + bytes / host_copy_bytes_per_ns
                     : curve_at(curves[kind].points, curves[kind].count, bytes);
     return (uint64_t)(ns + 0.5);
 }

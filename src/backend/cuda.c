@@ -140,6 +140,13 @@ static_assert(sizeof(void *) == sizeof(void (*)(void)), "dlsym results fit funct
     X(cuMemFree, "cuMemFree_v2", CUresult, (CUdeviceptr p), REQUIRED)                           \
     X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", CUresult,                                      \
       (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), REQUIRED)                       \
+    X(cuMemHostAlloc, "cuMemHostAlloc", CUresult, (void **p, size_t size, unsigned flags),      \
+      OPTIONAL)                                                                                 \
+    X(cuMemFreeHost, "cuMemFreeHost", CUresult, (void *p), OPTIONAL)                            \
+    X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", CUresult,                                      \
+      (void *dst, CUdeviceptr src, size_t n, CUstream s), OPTIONAL)                             \
+    X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", CUresult,                                      \
+      (CUdeviceptr dst, const void *src, size_t n, CUstream s), OPTIONAL)                       \
     X(cuEventCreate, "cuEventCreate", CUresult, (CUevent *e, unsigned flags), REQUIRED)         \
     X(cuEventDestroy, "cuEventDestroy_v2", CUresult, (CUevent e), REQUIRED)                     \
     X(cuEventRecord, "cuEventRecord", CUresult, (CUevent e, CUstream s), REQUIRED)              \
@@ -588,6 +595,86 @@ static gm_status cuda_copy(gm_backend *b, uintptr_t dst, uintptr_t src, size_t s
         return cuda_failed(r, "cuMemcpyDtoDAsync");
     atomic_fetch_add_explicit(&b->copy_bytes, (uint64_t)size, memory_order_relaxed);
     return GM_OK;
+}
+
+/* Pinned host memory and copies to and from it (gm_pool_sleep / gm_pool_wake). Optional entry
+ * points: a driver without them gives GM_ERR_UNSUPPORTED here, nothing else changes. */
+static gm_status host_calls_missing(const char *call)
+{
+    return backend_set_error(GM_ERR_UNSUPPORTED, "cuda: the driver lacks %s", call);
+}
+
+/* CU_MEMHOSTALLOC_PORTABLE: the memory is pinned for every context, not only this device's. */
+enum { CU_MEMHOSTALLOC_PORTABLE_ = 0x01 };
+
+static gm_status cuda_host_alloc(gm_backend *b, size_t size, void **out)
+{
+    if (!drv.cuMemHostAlloc)
+        return host_calls_missing("cuMemHostAlloc");
+    bool pushed;
+    gm_status st = ctx_enter(cuda_of(b)->ctx, &pushed);
+    if (st != GM_OK)
+        return st;
+    void *p = NULL;
+    uint64_t t0 = now_ns();
+    CUresult r = drv.cuMemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE_);
+    charge_since(b, GM_CALL_HOST_ALLOC, t0);
+    ctx_leave(pushed);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+        (void)cuda_failed(r, "cuMemHostAlloc");
+        return GM_ERR_HOST_MEMORY; /* pinned host memory, not the device's */
+    }
+    if (r != CUDA_SUCCESS)
+        return cuda_failed(r, "cuMemHostAlloc");
+    *out = p;
+    return GM_OK;
+}
+
+static gm_status cuda_host_free(gm_backend *b, void *ptr)
+{
+    if (!drv.cuMemFreeHost)
+        return host_calls_missing("cuMemFreeHost");
+    bool pushed;
+    gm_status st = ctx_enter(cuda_of(b)->ctx, &pushed);
+    if (st != GM_OK)
+        return st;
+    uint64_t t0 = now_ns();
+    CUresult r = drv.cuMemFreeHost(ptr);
+    charge_since(b, GM_CALL_HOST_FREE, t0);
+    ctx_leave(pushed);
+    return r == CUDA_SUCCESS ? GM_OK : cuda_failed(r, "cuMemFreeHost");
+}
+
+static gm_status cuda_copy_dtoh(gm_backend *b, void *dst, uintptr_t src, size_t size,
+                                gm_stream s)
+{
+    if (!drv.cuMemcpyDtoHAsync)
+        return host_calls_missing("cuMemcpyDtoHAsync");
+    bool pushed;
+    gm_status st = ctx_enter(cuda_of(b)->ctx, &pushed);
+    if (st != GM_OK)
+        return st;
+    uint64_t t0 = now_ns();
+    CUresult r = drv.cuMemcpyDtoHAsync(dst, (CUdeviceptr)src, size, stream_of(s));
+    charge_since(b, GM_CALL_COPY_DTOH, t0);
+    ctx_leave(pushed);
+    return r == CUDA_SUCCESS ? GM_OK : cuda_failed(r, "cuMemcpyDtoHAsync");
+}
+
+static gm_status cuda_copy_htod(gm_backend *b, uintptr_t dst, const void *src, size_t size,
+                                gm_stream s)
+{
+    if (!drv.cuMemcpyHtoDAsync)
+        return host_calls_missing("cuMemcpyHtoDAsync");
+    bool pushed;
+    gm_status st = ctx_enter(cuda_of(b)->ctx, &pushed);
+    if (st != GM_OK)
+        return st;
+    uint64_t t0 = now_ns();
+    CUresult r = drv.cuMemcpyHtoDAsync((CUdeviceptr)dst, src, size, stream_of(s));
+    charge_since(b, GM_CALL_COPY_HTOD, t0);
+    ctx_leave(pushed);
+    return r == CUDA_SUCCESS ? GM_OK : cuda_failed(r, "cuMemcpyHtoDAsync");
 }
 
 static gm_status cuda_event_create(gm_backend *b, gm_event *out)
@@ -1139,6 +1226,10 @@ static const gm_backend_ops cuda_ops = {
     .map = cuda_map,
     .unmap = cuda_unmap,
     .copy = cuda_copy,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .copy_dtoh = cuda_copy_dtoh,
+    .copy_htod = cuda_copy_htod,
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,

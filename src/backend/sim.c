@@ -148,6 +148,13 @@ typedef struct sim_system {
     uint64_t reach[SIM_MAX_DEVICES]; /* bit j of reach[i]: a peer path lets j access i */
 } sim_system;
 
+/* A pinned host allocation (host_alloc). */
+typedef struct sim_host {
+    void *ptr;
+    size_t size;
+    bool real; /* malloc'd (host backing); else a fake address */
+} sim_host;
+
 /* An IPC export: its manifest (what another process reads to open it) and the range it pins. */
 typedef struct sim_export {
     uint64_t serial;
@@ -188,6 +195,11 @@ struct sim {
     uint32_t event_free;
     sim_stream *streams; /* [0] is the default stream; never reused, freed at destroy */
     size_t stream_count, stream_cap;
+    /* Pinned host memory (host_alloc): real host memory with host backing, else addresses that
+     * are never dereferenced (copies are only counted then). Kept to refuse a foreign free. */
+    sim_host *host;
+    size_t host_count, host_cap;
+    uintptr_t host_fake_next;
 };
 
 static const gm_backend_ops sim_ops;
@@ -1120,6 +1132,117 @@ static gm_status sim_copy(gm_backend *b, uintptr_t dst, uintptr_t src, size_t si
     return st;
 }
 
+/* Pinned host memory: with host backing real bytes (copies move them), without it an address
+ * that is never dereferenced, as a device of 141 GiB can save more than the host holds. */
+static gm_status sim_host_alloc(gm_backend *b, size_t size, void **out)
+{
+    sim *s = sim_of(b);
+    if (!size || !out)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "sim: cuMemHostAlloc(%zu): "
+                                 "CUDA_ERROR_INVALID_VALUE", size);
+    sim_lock(s);
+    gm_status st = GM_OK;
+    void *p = NULL;
+    if (!grow_array((void **)&s->host, &s->host_cap, s->host_count + 1, sizeof *s->host)) {
+        st = host_memory_error("host_alloc");
+    } else if (s->host_map) {
+        p = gm_host_malloc(size);
+        if (!p)
+            st = backend_set_error(GM_ERR_HOST_MEMORY, "sim: cuMemHostAlloc(%zu): "
+                                   "CUDA_ERROR_OUT_OF_MEMORY (host memory)", size);
+    } else {
+        if (!s->host_fake_next)
+            s->host_fake_next = (uintptr_t)1 << 44; /* far from the device's addresses */
+        p = (void *)s->host_fake_next;
+        s->host_fake_next += (size + 4095) & ~(size_t)4095;
+    }
+    if (st == GM_OK) {
+        s->host[s->host_count++] = (sim_host){p, size, s->host_map != NULL};
+        sim_charge(s, GM_CALL_HOST_ALLOC, size);
+        *out = p;
+    }
+    sim_unlock(s);
+    return st;
+}
+
+static gm_status sim_host_free(gm_backend *b, void *ptr)
+{
+    sim *s = sim_of(b);
+    sim_lock(s);
+    size_t i = 0;
+    while (i < s->host_count && s->host[i].ptr != ptr)
+        i++;
+    gm_status st = GM_OK;
+    if (i == s->host_count) {
+        st = backend_set_error(GM_ERR_INVALID_ARGUMENT, "sim: cuMemFreeHost(%p): "
+                               "CUDA_ERROR_INVALID_VALUE: not pinned host memory of this device",
+                               ptr);
+    } else {
+        sim_charge(s, GM_CALL_HOST_FREE, s->host[i].size);
+        if (s->host[i].real)
+            free(ptr);
+        s->host[i] = s->host[--s->host_count];
+    }
+    sim_unlock(s);
+    return st;
+}
+
+/* Whether [p, p + size) lies in one pinned host allocation of s. */
+static bool host_range_locked(const sim *s, const void *p, size_t size)
+{
+    for (size_t i = 0; i < s->host_count; i++) {
+        uintptr_t a = (uintptr_t)s->host[i].ptr, x = (uintptr_t)p;
+        if (x >= a && x - a <= s->host[i].size && size <= s->host[i].size - (x - a))
+            return true;
+    }
+    return false;
+}
+
+/* A copy between pinned host memory and device memory of s, on stream str. */
+static gm_status sim_host_copy(sim *s, gm_call kind, void *host, uintptr_t dev, size_t size,
+                               gm_stream str)
+{
+    const char *name = kind == GM_CALL_COPY_DTOH ? "cuMemcpyDtoHAsync" : "cuMemcpyHtoDAsync";
+    gm_status st = GM_OK;
+    uint32_t si = 0;
+    sim_lock(s);
+    if (!stream_index_locked(s, str, &si)) {
+        st = bad_stream_error(kind == GM_CALL_COPY_DTOH ? "copy_dtoh" : "copy_htod", str);
+    } else if (!size || !host_range_locked(s, host, size) ||
+               !accessible_from_locked(s, dev, size)) {
+        st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                               "sim: %s(%p, %#" PRIxPTR ", %zu): CUDA_ERROR_INVALID_VALUE: %s",
+                               name, host, dev, size,
+                               !size ? "no bytes"
+                               : !host_range_locked(s, host, size) ? "not pinned host memory"
+                                                                   : "not device memory");
+    } else if (!stream_enqueue_locked(s, si)) {
+        st = host_memory_error(kind == GM_CALL_COPY_DTOH ? "copy_dtoh" : "copy_htod");
+    } else {
+        if (s->host_map) {
+            if (kind == GM_CALL_COPY_DTOH)
+                memcpy(host, (const void *)dev, size);
+            else
+                memcpy((void *)dev, host, size);
+        }
+        sim_charge(s, kind, size);
+    }
+    sim_unlock(s);
+    return st;
+}
+
+static gm_status sim_copy_dtoh(gm_backend *b, void *dst, uintptr_t src, size_t size,
+                               gm_stream str)
+{
+    return sim_host_copy(sim_of(b), GM_CALL_COPY_DTOH, dst, src, size, str);
+}
+
+static gm_status sim_copy_htod(gm_backend *b, uintptr_t dst, const void *src, size_t size,
+                               gm_stream str)
+{
+    return sim_host_copy(sim_of(b), GM_CALL_COPY_HTOD, (void *)(uintptr_t)src, dst, size, str);
+}
+
 static gm_status bad_event_error(const char *what, gm_event ev)
 {
     return backend_set_error(GM_ERR_INVALID_ARGUMENT,
@@ -1552,6 +1675,10 @@ static void sim_destroy(gm_backend *b)
     for (size_t i = 0; i < s->export_count; i++)
         close(s->exports[i].manifest_fd);
     free(s->exports);
+    for (size_t i = 0; i < s->host_count; i++)
+        if (s->host[i].real)
+            free(s->host[i].ptr);
+    free(s->host);
     if (s->host_fd >= 0)
         close(s->host_fd);
     for (size_t i = 0; i < s->range_count; i++)
@@ -1583,6 +1710,10 @@ static const gm_backend_ops sim_ops = {
     .map = sim_map,
     .unmap = sim_unmap,
     .copy = sim_copy,
+    .host_alloc = sim_host_alloc,
+    .host_free = sim_host_free,
+    .copy_dtoh = sim_copy_dtoh,
+    .copy_htod = sim_copy_htod,
     .event_create = sim_event_create,
     .event_destroy = sim_event_destroy,
     .event_record = sim_event_record,

@@ -13,6 +13,7 @@ summary 31
 pool 30
 stats 29
 defrag 28
+sleep 28
 alloc 27
 share 26
 oom 25
@@ -34,6 +35,7 @@ events 14
 counters 13
 config 12
 tracing 12
+tag 12
 error 11
 json 6
 debug 6

@@ -51,6 +51,7 @@ typedef struct model {
     gm_stream streams[STREAMS];
     live_block live[MAX_LIVE];
     size_t count, bytes, movable, pinned;
+    bool plain; /* plain segments: sleep is refused */
 } model;
 
 static uint64_t inputs, stitched_inputs, moved_inputs, async_inputs;
@@ -209,6 +210,24 @@ static void op_defrag(model *m, uint8_t a, uint8_t c)
                     : gm_defrag_step(m->pool, s, budget, &r));
 }
 
+/* Sleep keeping every block's contents (docs/sleep.md), maybe a free while asleep, wake: the
+ * bytes and the model hold after it (verify). Plain segments refuse. */
+static void op_sleep(model *m, uint8_t c)
+{
+    gm_status st = gm_pool_sleep(m->pool, "*");
+    if (m->plain) {
+        FUZZ_CHECK(st == GM_ERR_UNSUPPORTED);
+        return;
+    }
+    FUZZ_OK(st);
+    void *p = NULL;
+    FUZZ_CHECK(gm_alloc(m->pool, 4096, NULL, &p) == GM_ERR_ASLEEP);
+    if ((c & 2) && m->count)
+        op_free(m, c, c);
+    FUZZ_OK(gm_pool_check(m->pool));
+    FUZZ_OK(gm_pool_wake(m->pool));
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -245,6 +264,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_OK(gm_sim_backend_create(&sc, &m.be));
     for (int s = 1; s < STREAMS; s++)
         FUZZ_OK(gm_sim_stream_create(m.be, &m.streams[s]));
+    m.plain = cfg.segments == GM_SEGMENTS_PLAIN;
     gm_status st = gm_pool_create(m.be, &cfg, &m.pool);
     if (st != GM_OK) { /* an initial reserve the device or the VMM range cannot hold */
         FUZZ_CHECK(st == GM_ERR_OUT_OF_MEMORY && gm_last_error(NULL)[0] != '\0');
@@ -270,7 +290,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             op_defrag(&m, o[1], o[3]);
             break;
         case 9:
-            FUZZ_OK(gm_trim(m.pool, (size_t)o[1] * MiB / 4));
+            if (o[2] & 1)
+                op_sleep(&m, o[3]);
+            else
+                FUZZ_OK(gm_trim(m.pool, (size_t)o[1] * MiB / 4));
             break;
         case 10:
             FUZZ_OK(gm_sim_launch(m.be, m.streams[o[3] % STREAMS]));

@@ -35,7 +35,9 @@ const char *fault_kind_str(fault_kind k)
         [FAULT_EVENT_QUERY] = "event_query",     [FAULT_STREAM_WAIT] = "stream_wait_event",
         [FAULT_STREAM_SYNC] = "stream_sync",     [FAULT_MEM_INFO] = "mem_info",
         [FAULT_INFO] = "info",                   [FAULT_PEER] = "peer",
-        [FAULT_IPC] = "ipc",
+        [FAULT_IPC] = "ipc",                     [FAULT_HOST_ALLOC] = "host_alloc",
+        [FAULT_HOST_FREE] = "host_free",         [FAULT_COPY_DTOH] = "copy_dtoh",
+        [FAULT_COPY_HTOD] = "copy_htod",
     };
     return (unsigned)k < FAULT_KINDS ? names[k] : "none";
 }
@@ -61,7 +63,8 @@ static gm_status fault_inject(fault_backend *f, fault_kind k)
     atomic_store(&f->last_kind, (int)k);
     gm_status st = k == FAULT_MEM_ALLOC || k == FAULT_VA_RESERVE || k == FAULT_PHYS_CREATE
                        ? GM_ERR_OUT_OF_MEMORY
-                       : GM_ERR_BACKEND;
+                   : k == FAULT_HOST_ALLOC ? GM_ERR_HOST_MEMORY
+                                           : GM_ERR_BACKEND;
     return backend_set_error(st, "fault: injected failure of %s (eligible call %llu)",
                              fault_kind_str(k), (unsigned long long)atomic_load(&f->seen));
 }
@@ -288,6 +291,36 @@ static gm_status fault_ipc_close(gm_backend *b, uintptr_t ptr)
     return in->ops->ipc_close(in, ptr);
 }
 
+static gm_status fault_host_alloc(gm_backend *b, size_t size, void **out)
+{
+    fault_backend *f = fault_of(b);
+    STRIKE(f, FAULT_HOST_ALLOC);
+    FORWARD(f, GM_CALL_HOST_ALLOC, host_alloc(f->inner, size, out));
+}
+
+static gm_status fault_host_free(gm_backend *b, void *ptr)
+{
+    fault_backend *f = fault_of(b);
+    STRIKE(f, FAULT_HOST_FREE);
+    FORWARD(f, GM_CALL_HOST_FREE, host_free(f->inner, ptr));
+}
+
+static gm_status fault_copy_dtoh(gm_backend *b, void *dst, uintptr_t src, size_t size,
+                                 gm_stream s)
+{
+    fault_backend *f = fault_of(b);
+    STRIKE(f, FAULT_COPY_DTOH);
+    FORWARD(f, GM_CALL_COPY_DTOH, copy_dtoh(f->inner, dst, src, size, s));
+}
+
+static gm_status fault_copy_htod(gm_backend *b, uintptr_t dst, const void *src, size_t size,
+                                 gm_stream s)
+{
+    fault_backend *f = fault_of(b);
+    STRIKE(f, FAULT_COPY_HTOD);
+    FORWARD(f, GM_CALL_COPY_HTOD, copy_htod(f->inner, dst, src, size, s));
+}
+
 static void fault_destroy(gm_backend *b)
 {
     free(fault_of(b));
@@ -303,6 +336,10 @@ static const gm_backend_ops fault_ops = {
     .map = fault_map,
     .unmap = fault_unmap,
     .copy = fault_copy,
+    .host_alloc = fault_host_alloc,
+    .host_free = fault_host_free,
+    .copy_dtoh = fault_copy_dtoh,
+    .copy_htod = fault_copy_htod,
     .event_create = fault_event_create,
     .event_destroy = fault_event_destroy,
     .event_record = fault_event_record,

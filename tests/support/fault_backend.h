@@ -7,7 +7,8 @@
  * fault_backend_set). Call number `fail_at` fails (0 = never); with `fail_persistently`, every
  * eligible call after it too. A call is eligible when its kind is in the wrapper's mask
  * (fault_backend_kinds; every kind by default). Allocation-like kinds (mem_alloc, va_reserve,
- * phys_create) fail with GM_ERR_OUT_OF_MEMORY, as a full device would; the others with
+ * phys_create) fail with GM_ERR_OUT_OF_MEMORY, as a full device would, and host_alloc with
+ * GM_ERR_HOST_MEMORY, as a host without pinned memory to spare would; the others with
  * GM_ERR_BACKEND. A failed call is not forwarded: `inner` is untouched, as the backend failure
  * contract requires, and the message (gm_backend_last_error) names the injected failure.
  *
@@ -38,6 +39,10 @@ typedef enum fault_kind {
     FAULT_INFO,
     FAULT_PEER, /* peer_can_access, peer_enable, peer_map_access */
     FAULT_IPC,  /* ipc_export, ipc_unexport, ipc_open, ipc_close */
+    FAULT_HOST_ALLOC, /* pinned host memory (gm_pool_sleep) */
+    FAULT_HOST_FREE,
+    FAULT_COPY_DTOH,  /* copies between pinned host memory and the device */
+    FAULT_COPY_HTOD,
     FAULT_KINDS
 } fault_kind;
 

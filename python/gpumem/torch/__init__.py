@@ -22,7 +22,7 @@ import json
 import os
 
 __all__ = ["enable", "enabled", "stats", "snapshot", "summary", "trim", "trace_stop", "last_error",
-           "GpumemError", "DEFAULT_CONF", "effective_conf"]
+           "sleep", "wake", "sleep_stats", "tag", "GpumemError", "DEFAULT_CONF", "effective_conf"]
 
 # The backend's settings before the user's (docs/torch.md, "Which settings"): VMM segments where
 # the device has them, blocks placed on mapped pages first, no size cache, old mappings unmapped
@@ -138,3 +138,105 @@ def trim(keep=0, device=0):
 def last_error(device=0):
     """The last message gpumem recorded for the device's pool ("" if none)."""
     return _ext().last_error(int(device))
+
+
+# ---- sleep and wake (docs/sleep.md) ------------------------------------------------------------
+
+def _offload_tags(offload):
+    """The C library's offload_tags text for sleep(offload)."""
+    if offload is True:
+        return "*"
+    if offload is False or offload is None:
+        return ""
+    if isinstance(offload, str):
+        names = [offload]
+    else:
+        try:
+            names = list(offload)
+        except TypeError:
+            raise TypeError("gpumem.torch.sleep: offload is True, False or an iterable of tag names, "
+                            "not %r" % (offload,)) from None
+    for n in names:
+        if not isinstance(n, str) or not n or "," in n or n == "*":
+            raise ValueError("gpumem.torch.sleep: %r is not a tag name" % (n,))
+    return ",".join(names)
+
+
+def sleep(offload=True):
+    """Give every CUDA tensor's device memory back to the driver, keeping every tensor's address
+    (and so the CUDA graphs captured over them), until wake(). ``offload``: True keeps every
+    tensor's contents (copied to pinned host memory), False discards them all (undefined after
+    wake), an iterable of tag names keeps the tensors allocated under those tags (tag()) and
+    discards the rest. Every pool of the backend sleeps (each device's, and the private pools of
+    CUDA graphs and MemPools), or none: a failure wakes the ones already asleep and raises.
+    Meanwhile no CUDA memory can be allocated on gpumem's pools (an allocation raises with
+    "the pool is asleep"); tensors may be freed. Needs VMM segments (the backend's default,
+    segments=auto, on a GPU with VMM). torch.cuda.memory_reserved() drops to what is still
+    mapped (normally 0); memory_allocated() does not change."""
+    tags = _offload_tags(offload)
+    C = _ext()
+    if not C.installed():
+        raise GpumemError("gpumem.torch.sleep: gpumem is not PyTorch's allocator in this process "
+                          "(gpumem.torch.enable() first)")
+    try:
+        C.sleep(tags)
+    except RuntimeError as e:
+        raise GpumemError(str(e)) from None
+
+
+def wake():
+    """Map device memory under every tensor again, at the same addresses, and copy the kept
+    contents back (sleep's counterpart). A failure (the memory is not free on the device yet)
+    raises and leaves the pools asleep with their saved contents: call wake() again."""
+    C = _ext()
+    if not C.installed():
+        raise GpumemError("gpumem.torch.wake: gpumem is not PyTorch's allocator in this process")
+    try:
+        C.wake()
+    except RuntimeError as e:
+        raise GpumemError(str(e)) from None
+
+
+def sleep_stats(device=0):
+    """The device's pool's sleep figures: asleep, sleep_host_bytes (pinned host memory holding
+    saved contents), sleep_saved_bytes (of tensors still live), sleeps, wakes, reserved_bytes,
+    live_bytes (gm_stats)."""
+    return _ext().sleep_stats(int(device))
+
+
+class tag:
+    """Name the CUDA tensors this thread allocates inside it, for sleep(offload=[...]):
+
+        with gpumem.torch.tag("weights"):
+            model = build_model().cuda()
+
+    also a decorator (@gpumem.torch.tag("kv_cache")). Tags nest (at most 16 deep); a name is
+    1..31 characters of letters, digits, '_', '.', '-'. The tag is per thread: memory that
+    PyTorch allocates on its other threads (autograd's backward pass runs on a thread of its
+    own for CUDA) is "default" unless that thread pushes a tag too."""
+
+    def __init__(self, name):
+        if not isinstance(name, str):
+            raise TypeError("gpumem.torch.tag: the name is a string, not %r" % (name,))
+        self.name = name
+
+    def __enter__(self):
+        C = _ext()
+        try:
+            C.tag_push(self.name)
+        except RuntimeError as e:  # a bad name, or nested too deep
+            raise ValueError(str(e)) from None
+        return self
+
+    def __exit__(self, *exc):
+        _ext().tag_pop()
+        return False
+
+    def __call__(self, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with tag(self.name):
+                return fn(*args, **kwargs)
+        return wrapped

@@ -1,0 +1,423 @@
+/*
+ * Sleep and wake (docs/sleep.md): a pool gives every physical page back to the device and takes
+ * new ones later at the same addresses, saving the contents of the blocks whose tag the program
+ * names in pinned host memory meanwhile.
+ *
+ *   gm_pool_sleep: refuse (asleep already, plain segments, IPC exports, a bad tag list)
+ *                  -> empty every cache and finish pending frees (oom.c: drain_locked)
+ *                  -> synchronize every stream the pool has used (heaps' streams and those
+ *                     gm_record_stream added) -> unmap every old mapping of a recycled run
+ *                  -> one pinned host buffer, the offloaded blocks copied into it, their streams
+ *                     synchronized (any failure so far: the buffer freed, the pool as it was)
+ *                  -> the pool asleep: reserve limit 0, caches and thread caches off
+ *                  -> every run unmapped and released (segment.c: vmm_release_all_locked); a
+ *                     run the device will not take back stays mapped and counted, the pool
+ *                     asleep all the same (gm_trim and the wake take it up again)
+ *   gm_pool_wake:  pending frees of blocks freed while asleep finish (their pages stay unmapped)
+ *                  -> new runs under every page a live block uses (vmm_map_used_locked)
+ *                  -> the saved contents of blocks still live copied back, streams synchronized
+ *                     (any failure: every run released again, the pool asleep with its copies,
+ *                     the call may be retried) -> the host buffer freed -> awake.
+ *
+ * Contents saved are never lost: the host buffer goes only after the copies back completed.
+ * Beside the pool (the defragmentation's layer): it calls the caches, the segments and the
+ * counters, and the pool calls it at gm_trim and destruction.
+ *
+ * Bounds: O(blocks + pages + streams x (heaps + recorded streams)).
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Which tags' blocks keep their contents: every tag, or those of the bitmap. */
+typedef struct tag_set {
+    bool all;
+    uint8_t bits[(GM_TAG_MAX + 1) / 8];
+} tag_set;
+
+static bool tag_set_has(const tag_set *t, unsigned id)
+{
+    return t->all || (id <= GM_TAG_MAX && (t->bits[id / 8] >> (id % 8) & 1));
+}
+
+/* "*" or NULL: all; "": none; else tag names separated by commas (spaces around them allowed).
+ * A name no block has is accepted (it keeps nothing). */
+static gm_status tag_set_parse(gm_pool *pool, const char *text, tag_set *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!text || strcmp(text, "*") == 0) {
+        out->all = true;
+        return GM_OK;
+    }
+    for (const char *p = text; *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        const char *e = p;
+        while (*e && *e != ',')
+            e++;
+        const char *end = e;
+        while (end > p && end[-1] == ' ')
+            end--;
+        if (end > p) {
+            unsigned id = 0;
+            const char *why = NULL;
+            if (tag_lookup(p, (size_t)(end - p), false, &id, &why) != GM_OK)
+                return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
+                                        "gm_pool_sleep: offload tags \"%s\": \"%.*s\": %s", text,
+                                        (int)(end - p), p, why);
+            if (id <= GM_TAG_MAX)
+                out->bits[id / 8] |= (uint8_t)(1u << (id % 8));
+        }
+        p = e;
+    }
+    return GM_OK;
+}
+
+static bool block_live(const gm_block *b)
+{
+    return !(b->flags & (BLOCK_FREE | BLOCK_CACHED | BLOCK_THREAD | BLOCK_PENDING));
+}
+
+/* Visit every live block of the pool in address order per arena; stops at the first failure. */
+#define FOR_LIVE_BLOCKS(pool, b)                                                               \
+    for (size_t h_ = 0; h_ < (pool)->heap_count; h_++)                                         \
+        for (int k_ = 0; k_ < ARENA_COUNT; k_++)                                               \
+            for (gm_span *s_ = (pool)->heaps[h_].arenas[k_].spans; s_; s_ = s_->next)          \
+                for (gm_block *b = s_->first; b; b = b->phys_next)                             \
+                    if (block_live(b))
+
+/* The streams the pool has used: every heap's, and those gm_record_stream added to live
+ * blocks. Each once. */
+typedef struct stream_list {
+    gm_stream *v;
+    size_t n, cap;
+} stream_list;
+
+static bool stream_list_add(stream_list *l, gm_stream s)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->v[i] == s)
+            return true;
+    if (!gm_host_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v, 8))
+        return false;
+    l->v[l->n++] = s;
+    return true;
+}
+
+static gm_status used_streams_locked(gm_pool *pool, stream_list *l)
+{
+    bool ok = true;
+    for (size_t h = 0; h < pool->heap_count; h++)
+        ok &= stream_list_add(l, pool->heaps[h].stream);
+    FOR_LIVE_BLOCKS(pool, b)
+        for (uint32_t i = 0; i < b->extra_count; i++)
+            ok &= stream_list_add(l, b->extra_streams[i]);
+    return ok ? GM_OK
+              : pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
+                                 "gm_pool_sleep: host memory exhausted (stream list)");
+}
+
+static gm_status sync_list_locked(gm_pool *pool, const stream_list *l)
+{
+    gm_status first = GM_OK;
+    for (size_t i = 0; i < l->n; i++) {
+        gm_status st = pool_stream_sync(pool, l->v[i]);
+        if (first == GM_OK)
+            first = st;
+    }
+    return first;
+}
+
+/* Forget the saved blocks (the host buffer stays for the next sleep). */
+static void saved_drop(pool_sleep *z)
+{
+    free(z->saved);
+    z->saved = NULL;
+    z->saved_count = 0;
+}
+
+/* Free the host buffer (no copy may still use it). A refused free keeps it, counted, to be
+ * tried again by gm_trim, the next sleep that needs a larger one, or destruction. */
+static gm_status host_buffer_free_locked(gm_pool *pool)
+{
+    pool_sleep *z = &pool->sleep;
+    saved_drop(z);
+    if (!z->host)
+        return GM_OK;
+    gm_backend *be = pool->backend;
+    gm_status st = DEVICE_CALL(pool, GM_CALL_HOST_FREE, be->ops->host_free(be, z->host));
+    if (st == GM_OK) {
+        z->host = NULL;
+        z->host_bytes = 0;
+    }
+    return st;
+}
+
+/* Every VMM arena's runs unmapped and released; the first failure. */
+static gm_status release_all_locked(gm_pool *pool)
+{
+    gm_status first = GM_OK;
+    for (size_t h = 0; h < pool->heap_count; h++)
+        for (int k = 0; k < ARENA_COUNT; k++) {
+            gm_arena *a = &pool->heaps[h].arenas[k];
+            if (!a->pages)
+                continue;
+            gm_status st = vmm_release_all_locked(pool, a);
+            if (first == GM_OK)
+                first = st;
+        }
+    if (pool->unreleased_count)
+        unreleased_retry_locked(pool);
+    if (first == GM_OK && pool->unreleased_count)
+        first = GM_ERR_BACKEND; /* a release refused now or before: that memory is still held */
+    return first;
+}
+
+/* Save the contents of every live block of `keep` to one pinned host buffer: the last sleep's
+ * if it is large enough (pinning host memory costs about as much as copying it several times
+ * over, and a program that alternates phases saves the same bytes each time), else a new one;
+ * copies on each block's stream, then those streams synchronized. On failure no block is
+ * saved (the buffer stays for the next sleep). */
+static gm_status save_locked(gm_pool *pool, const tag_set *keep, const stream_list *streams)
+{
+    pool_sleep *z = &pool->sleep;
+    gm_backend *be = pool->backend;
+    size_t count = 0, bytes = 0;
+    FOR_LIVE_BLOCKS(pool, b)
+        if (tag_set_has(keep, b->tag_id)) {
+            count++;
+            bytes += round_up(b->requested, BLOCK_ALIGN);
+        }
+    if (!count)
+        return GM_OK;
+    z->saved = gm_host_calloc(count, sizeof *z->saved);
+    if (!z->saved)
+        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
+                                "gm_pool_sleep: host memory exhausted (%zu saved blocks)", count);
+    gm_status st = GM_OK;
+    if (z->host && z->host_bytes < bytes && (st = host_buffer_free_locked(pool)) != GM_OK)
+        return pool_fail_locked(pool, st, "gm_pool_sleep: the pinned host buffer of the last "
+                                "sleep is too small and cannot be freed (%s); the pool is as it "
+                                "was", gm_backend_last_error());
+    if (!z->host) {
+        void *host = NULL;
+        st = DEVICE_CALL(pool, GM_CALL_HOST_ALLOC, be->ops->host_alloc(be, bytes, &host));
+        if (st != GM_OK) {
+            saved_drop(z);
+            char b[32];
+            pool_format_bytes(b, sizeof b, bytes);
+            return pool_fail_locked(pool, st, "gm_pool_sleep: no pinned host memory for %s of "
+                                    "saved contents (%s); the pool is as it was", b,
+                                    gm_backend_last_error());
+        }
+        z->host = host;
+        z->host_bytes = bytes;
+    }
+    if (!z->saved) /* host_buffer_free_locked dropped it: again */
+        z->saved = gm_host_calloc(count, sizeof *z->saved);
+    if (!z->saved)
+        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
+                                "gm_pool_sleep: host memory exhausted (%zu saved blocks)", count);
+    size_t off = 0;
+    FOR_LIVE_BLOCKS(pool, b)
+        if (st == GM_OK && tag_set_has(keep, b->tag_id)) {
+            sleep_saved *sv = &z->saved[z->saved_count++];
+            *sv = (sleep_saved){b->addr, b->requested, off, b->tag};
+            st = DEVICE_CALL(pool, GM_CALL_COPY_DTOH,
+                             be->ops->copy_dtoh(be, (char *)z->host + off, b->addr, b->requested,
+                                                b->tag));
+            off += round_up(b->requested, BLOCK_ALIGN);
+        }
+    /* Wait for the copies (also those queued before a failed one: the buffer goes only then). */
+    gm_status sst = sync_list_locked(pool, streams);
+    if (st == GM_OK)
+        st = sst;
+    if (st != GM_OK) {
+        /* The buffer stays: a copy may still write into it until its stream is synchronized,
+         * which the next sleep does before it uses the buffer again. */
+        saved_drop(z);
+        return pool_fail_locked(pool, st, "gm_pool_sleep: copying the contents to the host "
+                                "failed (%s); the pool is as it was", gm_backend_last_error());
+    }
+    return GM_OK;
+}
+
+gm_status gm_pool_sleep(gm_pool *pool, const char *offload_tags)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_sleep", "pool is NULL");
+    gm_mutex_lock(&pool->lock);
+    pool_sleep *z = &pool->sleep;
+    if (z->asleep)
+        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_ASLEEP,
+                                                  "gm_pool_sleep: the pool is asleep already; "
+                                                  "gm_pool_wake first"));
+    if (pool->cfg.segments != GM_SEGMENTS_VMM)
+        return pool_unlock(pool, pool_fail_locked(
+                                     pool, GM_ERR_UNSUPPORTED,
+                                     "gm_pool_sleep: the pool's segments are plain (cudaMalloc), "
+                                     "whose addresses cannot be kept once their memory is given "
+                                     "back; create the pool with segments=vmm (or auto, on a "
+                                     "device with VMM support)"));
+    if (pool->export_count)
+        return pool_unlock(pool, pool_fail_locked(
+                                     pool, GM_ERR_UNSUPPORTED,
+                                     "gm_pool_sleep: %zu IPC exports are outstanding: other "
+                                     "processes map that memory; gm_ipc_release them first",
+                                     pool->export_count));
+    tag_set keep;
+    gm_status st = tag_set_parse(pool, offload_tags, &keep);
+    if (st != GM_OK)
+        return pool_unlock(pool, st);
+    /* Every cache empty and every pending free finished, so that only live blocks hold pages. */
+    st = drain_locked(pool);
+    stream_list streams = {0};
+    if (st == GM_OK)
+        st = used_streams_locked(pool, &streams);
+    if (st == GM_OK)
+        st = sync_list_locked(pool, &streams);
+    if (st == GM_OK && vmm_aliases_any(pool)) /* old mappings of recycled runs: unmapped now */
+        st = vmm_aliases_reap_locked(pool, true);
+    if (st != GM_OK) {
+        free(streams.v);
+        if (!pool->error_fresh)
+            pool_fail_locked(pool, st, "gm_pool_sleep: the device could not be synchronized "
+                             "or an old mapping unmapped (%s); the pool is as it was",
+                             gm_backend_last_error());
+        return pool_unlock(pool, st);
+    }
+    st = save_locked(pool, &keep, &streams);
+    free(streams.v);
+    if (st != GM_OK)
+        return pool_unlock(pool, st);
+    /* Asleep from here: no allocation on either path, frees straight back to the strategies. */
+    z->asleep = true;
+    z->limit = pool->limit;
+    pool->limit = 0;
+    z->tc_live = atomic_load_explicit(&pool->tc_live, memory_order_relaxed);
+    z->tc_watch = pool->tc_watch;
+    atomic_store_explicit(&pool->tc_live, 0, memory_order_relaxed);
+    pool->tc_watch = false;
+    pool->cache.enabled = false;
+    z->sleeps++;
+    st = release_all_locked(pool);
+    if (st != GM_OK) {
+        char held[32];
+        pool_format_bytes(held, sizeof held, pool->reserved_bytes);
+        pool_fail_locked(pool, st, "gm_pool_sleep: the pool is asleep, but the device refused "
+                         "to take some memory back (%s): %s stay reserved; gm_trim tries again, "
+                         "gm_pool_wake maps the rest", gm_backend_last_error(), held);
+    }
+    return pool_unlock(pool, st);
+}
+
+/* The wake failed part-way: every run it mapped released again, asleep with the copies. */
+static gm_status wake_undo_locked(gm_pool *pool, gm_status st, const char *what)
+{
+    char why[GM_ERROR_TEXT / 2];
+    snprintf(why, sizeof why, "%s", gm_backend_last_error());
+    pool->limit = 0;
+    (void)release_all_locked(pool);
+    return pool_fail_locked(pool, st, "gm_pool_wake: %s failed (%s); the pool stays asleep with "
+                            "its saved contents: try again later", what, why);
+}
+
+gm_status gm_pool_wake(gm_pool *pool)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_wake", "pool is NULL");
+    gm_mutex_lock(&pool->lock);
+    pool_sleep *z = &pool->sleep;
+    if (!z->asleep)
+        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
+                                                  "gm_pool_wake: the pool is awake (no "
+                                                  "gm_pool_sleep to end)"));
+    gm_backend *be = pool->backend;
+    /* Blocks freed on other streams while asleep: their pages need not come back. */
+    if (pool->pending)
+        process_pending_locked(pool);
+    pool->limit = z->limit;
+    gm_status st = GM_OK;
+    for (size_t h = 0; h < pool->heap_count && st == GM_OK; h++)
+        for (int k = 0; k < ARENA_COUNT && st == GM_OK; k++)
+            if (pool->heaps[h].arenas[k].pages)
+                st = vmm_map_used_locked(pool, &pool->heaps[h].arenas[k]);
+    if (st != GM_OK)
+        return pool_unlock(pool, wake_undo_locked(pool, st, "mapping the blocks' memory"));
+    stream_list streams = {0};
+    for (size_t i = 0; i < z->saved_count && st == GM_OK; i++) {
+        const sleep_saved *sv = &z->saved[i];
+        live_shard *sh = shard_of(pool, sv->addr);
+        if (!bmap_lookup(&sh->map, sv->addr))
+            continue; /* freed while asleep: no allocation could have reused the address */
+        if (!stream_list_add(&streams, sv->stream)) {
+            st = GM_ERR_HOST_MEMORY;
+            break;
+        }
+        st = DEVICE_CALL(pool, GM_CALL_COPY_HTOD,
+                         be->ops->copy_htod(be, sv->addr, (const char *)z->host + sv->offset,
+                                            sv->size, sv->stream));
+    }
+    gm_status sst = sync_list_locked(pool, &streams); /* the copies read the buffer until then */
+    free(streams.v);
+    if (st == GM_OK)
+        st = sst;
+    if (st != GM_OK)
+        return pool_unlock(pool, wake_undo_locked(pool, st, "copying the saved contents back"));
+    saved_drop(z); /* the buffer stays for the next sleep (gm_trim frees it) */
+    z->asleep = false;
+    pool->cache.enabled = !pool->cfg.cache_disable;
+    pool->tc_watch = z->tc_watch;
+    atomic_store_explicit(&pool->tc_live, z->tc_live, memory_order_relaxed);
+    z->wakes++;
+    return pool_unlock(pool, GM_OK);
+}
+
+gm_status sleep_trim_locked(gm_pool *pool)
+{
+    if (!pool->sleep.asleep) /* awake: the pinned buffer kept for the next sleep goes */
+        return host_buffer_free_locked(pool) == GM_OK
+                   ? GM_OK
+                   : pool_fail_locked(pool, GM_ERR_BACKEND, "gm_trim: the pinned host buffer of "
+                                      "the last sleep cannot be freed: %s",
+                                      gm_backend_last_error());
+    gm_status st = release_all_locked(pool);
+    if (st != GM_OK)
+        pool_fail_locked(pool, st, "gm_trim: the pool is asleep and the device still refuses "
+                         "to take some of its memory back: %s", gm_backend_last_error());
+    return st;
+}
+
+uint64_t sleep_fini_locked(gm_pool *pool)
+{
+    return host_buffer_free_locked(pool) != GM_OK;
+}
+
+void sleep_set_limit_locked(gm_pool *pool, size_t limit)
+{
+    if (pool->sleep.asleep)
+        pool->sleep.limit = limit;
+    else
+        pool->limit = limit;
+}
+
+gm_status sleep_check_locked(gm_pool *pool, size_t free_bytes, size_t unreleased)
+{
+    const pool_sleep *z = &pool->sleep;
+    const char *bad = NULL;
+    if (pool->limit || pool->cache.enabled || atomic_load(&pool->tc_live) || pool->tc_watch)
+        bad = "the pool is asleep but may allocate (limit, cache or thread caches on)";
+    else if (vmm_aliases_any(pool))
+        bad = "the pool is asleep but old mappings of recycled runs remain";
+    else if (free_bytes > pool->reserved_bytes - unreleased)
+        bad = "the pool is asleep and counts more free bytes than it holds";
+    else if (z->saved_count && !z->host)
+        bad = "the pool is asleep with saved blocks but no host buffer";
+    for (size_t i = 0; i < z->saved_count && !bad; i++)
+        if (z->saved[i].offset + z->saved[i].size > z->host_bytes ||
+            (i && z->saved[i].offset < z->saved[i - 1].offset + z->saved[i - 1].size))
+            bad = "a saved block lies outside the host buffer or over another";
+    return bad ? pool_fail_locked(pool, GM_ERR_CORRUPT, "gm_pool_check: %s", bad) : GM_OK;
+}
