@@ -18,6 +18,7 @@
 #include "hashmap.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -466,30 +467,29 @@ out:
     return rc;
 }
 
-int trace_read(const char *path, const trace_read_options *opt, trace *t, char *err,
-               size_t errlen)
+int trace_read_fd(int fd, const char *name, const trace_read_options *opt, trace *t, char *err,
+                  size_t errlen)
 {
     memset(t, 0, sizeof *t);
     reader r = {.t = t, .opt = opt, .err = err, .errlen = errlen};
-    t->path = strdup(strcmp(path, "-") == 0 ? "<stdin>" : path); /* for messages */
+    t->path = strdup(name); /* for messages */
     t->streams = malloc(4 * sizeof *t->streams);
     t->cap_streams = 4;
     if (!t->path || !t->streams || !pmap_resize(&r.live, MAP_MIN_CAPACITY)) {
-        snprintf(err, errlen, "%s: out of host memory", path);
+        snprintf(err, errlen, "%s: out of host memory", name);
         free(r.live.slots);
         trace_free(t);
         return -1;
     }
     t->streams[0] = 0;
     t->n_streams = 1;
-    /* "-" is standard input (plain or gzip, as a file). */
-    int from_stdin = strcmp(path, "-") == 0;
-    int fd = from_stdin ? dup(STDIN_FILENO) : -1;
-    gzFile gz = from_stdin ? (fd >= 0 ? gzdopen(fd, "rb") : NULL) : gzopen(path, "rb");
-    if (!gz && fd >= 0)
-        close(fd);
+    /* A copy of the descriptor: gzclose closes it, the caller keeps its own. */
+    int own = dup(fd);
+    gzFile gz = own >= 0 ? gzdopen(own, "rb") : NULL;
     if (!gz) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, errno ? strerror(errno) : "zlib");
+        snprintf(err, errlen, "%s: cannot read: %s", name, errno ? strerror(errno) : "zlib");
+        if (own >= 0)
+            close(own);
         free(r.live.slots);
         trace_free(t);
         return -1;
@@ -499,11 +499,11 @@ int trace_read(const char *path, const trace_read_options *opt, trace *t, char *
     gzclose(gz);
     free(r.live.slots);
     if (rc == 0 && r.line == 0) {
-        snprintf(err, errlen, "%s: empty file: not an RMM trace (no header line)", path);
+        snprintf(err, errlen, "%s: empty file: not an RMM trace (no header line)", name);
         rc = -1;
     }
     if (rc == 0 && fill_free_sizes(t) != 0) {
-        snprintf(err, errlen, "%s: out of host memory", path);
+        snprintf(err, errlen, "%s: out of host memory", name);
         rc = -1;
     }
     if (rc != 0) {
@@ -512,6 +512,22 @@ int trace_read(const char *path, const trace_read_options *opt, trace *t, char *
     }
     prescan(t);
     return 0;
+}
+
+int trace_read(const char *path, const trace_read_options *opt, trace *t, char *err,
+               size_t errlen)
+{
+    if (strcmp(path, "-") == 0) /* standard input, plain or gzip, as a file */
+        return trace_read_fd(STDIN_FILENO, "<stdin>", opt, t, err, errlen);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        memset(t, 0, sizeof *t);
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    int rc = trace_read_fd(fd, path, opt, t, err, errlen);
+    close(fd);
+    return rc;
 }
 
 void trace_free(trace *t)
