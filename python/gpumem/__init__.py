@@ -128,6 +128,7 @@ def _load():
         "gm_version": (cp, []),
         "gm_status_str": (cp, [st]),
         "gm_last_error": (cp, [vp]),
+        "gm_backend_last_error": (cp, []),
         "gm_alloc": (st, [vp, sz, vp, c.POINTER(vp)]),
         "gm_free": (st, [vp, vp, vp]),
         "gm_record_stream": (st, [vp, vp, vp]),
@@ -186,9 +187,9 @@ def _error(status, message):
     return _ERRORS.get(status, GpumemError)(_text(_lib.gm_status_str(status)), message)
 
 
-def _check(status, pool=None, what=None):
+def _check(status, pool=None):
     """Raise for a failed public-API call on ``pool`` (its message is gm_last_error(pool), which
-    the library sets for every failure of that call). ``what``: unused, kept for callers."""
+    the library sets for every failure of that call on this thread)."""
     if status != _OK:
         raise _error(status, _text(_lib.gm_last_error(pool)))
 
@@ -406,9 +407,11 @@ class Pool:
         if self.backend != "sim":
             raise _bad_value(what, "the sim backend only (use your CUDA streams)")
         out = _ctypes.c_void_p()
-        pool = self._enter(what)
+        self._enter(what)
         try:
-            _check(_lib.gm_sim_stream_create(self._backend, _ctypes.byref(out)), pool)
+            st = _lib.gm_sim_stream_create(self._backend, _ctypes.byref(out))
+            if st != _OK:  # a backend call: the backend's message, not the pool's
+                raise _error(st, _text(_lib.gm_backend_last_error()))
         finally:
             self._leave()
         return out.value

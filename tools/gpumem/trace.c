@@ -2,8 +2,9 @@
  * RMM CSV trace reader (docs/trace-format.md).
  *
  * The file is read in 1 MiB chunks, plain text as it is, gzip (told by its first two bytes, not
- * its name; one member or several, concatenated) through zlib's inflate; lines are cut with memchr and split by a hand-written field scanner (no sscanf), so a
- * million-line trace parses in a fraction of a second.
+ * its name; one member or several, concatenated) through zlib's inflate; lines are cut with
+ * memchr and split by a hand-written field scanner (no sscanf), so a million-line trace parses
+ * in a fraction of a second.
  *
  * Pointers are resolved here, once: an open-addressing hash map (linear probing, deletion by
  * backward shift, so no tombstones) maps each live logged pointer to its allocation's slot.
@@ -11,8 +12,9 @@
  * most 1/2, so a probe is O(1) expected. A free becomes "free slot k"; replay then indexes an
  * array instead of hashing.
  *
- * Bad input (malformed line, unknown free, allocate of a live pointer, truncated gzip) is
- * counted and reported with its line number; with `strict` the first one is fatal.
+ * Bad input (malformed line, unknown free, allocate of a live pointer, truncated or corrupt
+ * gzip, bytes after the gzip data) is counted and reported with its line number; with `strict`
+ * the first one is fatal.
  */
 #include "cli.h"
 #include "hashmap.h"
