@@ -31,7 +31,7 @@ __all__ = ["Pool", "replay", "read_trace", "version", "config_keys", "library_pa
 # gm_status values (include/gpumem.h).
 (_OK, _INVALID_ARGUMENT, _OUT_OF_MEMORY, _NO_DEVICE, _DOUBLE_FREE, _UNKNOWN_POINTER, _NOT_READY,
  _BUSY, _UNSUPPORTED, _BACKEND, _HOST_MEMORY, _CORRUPT, _ABORTED) = range(13)
-_U64_MAX = (1 << 64) - 1
+_SIZE_MAX = (1 << (8 * _ctypes.sizeof(_ctypes.c_size_t))) - 1  # 2**64-1 on 64-bit hosts
 _PTR_MAX = (1 << (8 * _ctypes.sizeof(_ctypes.c_void_p))) - 1
 _INT_MAX = (1 << (8 * _ctypes.sizeof(_ctypes.c_int) - 1)) - 1
 _ERR_BYTES = 2048  # a failure's message (GM_ERROR_TEXT is 512; the tool's reach 1 KiB)
@@ -323,7 +323,7 @@ class Pool:
         """gm_alloc: a device pointer (int) to ``size`` bytes (1 to 2**64-1) usable on
         ``stream``."""
         what = "gpumem.Pool.alloc"
-        size = _int(size, "size", what, 1, _U64_MAX, " bytes")
+        size = _int(size, "size", what, 1, _SIZE_MAX, " bytes")
         stream = _stream(stream, what)
         out = _ctypes.c_void_p()
         self._call(what, _lib.gm_alloc, size, stream, _ctypes.byref(out))
@@ -342,7 +342,7 @@ class Pool:
     def trim(self, keep=0):
         """gm_trim: give free memory back until at most ``keep`` bytes stay reserved."""
         what = "gpumem.Pool.trim"
-        self._call(what, _lib.gm_trim, _int(keep, "keep", what, 0, _U64_MAX, " bytes"))
+        self._call(what, _lib.gm_trim, _int(keep, "keep", what, 0, _SIZE_MAX, " bytes"))
 
     def check(self):
         """gm_pool_check: raise GpumemError if an invariant is broken."""
@@ -484,11 +484,6 @@ class _Trace:
         n = _lib.gmpy_trace_info(self._t, buf, len(buf))
         self.info = _json.loads(buf.raw[:n])
         self.name = name
-        for key, n in self.info["bad_input"].items():
-            if n > _MAX_WARNINGS:  # the rest were only counted: say how many, as the tool
-                _warnings.warn("%s: %d %s in all (first at line %d)" % (
-                    name, n, key.replace("_", " "), self.info["first_bad_line"][key]),
-                    TraceWarning, 3)
 
     def close(self):
         if self._t:

@@ -154,7 +154,7 @@ GMPY_API gm_status gmpy_stats_json(gm_pool *pool, char *buf, size_t len, size_t 
 /* Read the RMM trace open on `fd` (named `name` in messages; plain or gzip, told by content)
  * with the tool's rules: bad lines are counted, and the first `max_warnings` of each kind are
  * described in *warnings (text, one per line, freed with gmpy_free; NULL if none); with
- * `strict` the first is fatal. Returns the trace (gmpy_trace_free), or NULL with err saying
+ * `strict` the first is fatal; a kind with more gets a line with its count. Returns the trace (gmpy_trace_free), or NULL with err saying
  * why ("FILE:LINE: ..."). */
 GMPY_API trace *gmpy_trace_read(int fd, const char *name, int strict, unsigned max_warnings,
                                 char **warnings, char *err, size_t errlen)
@@ -174,6 +174,11 @@ GMPY_API trace *gmpy_trace_read(int fd, const char *name, int strict, unsigned m
     }
     trace_read_options o = {.strict = strict, .warn = warn, .max_warnings = max_warnings};
     int rc = trace_read_fd(fd, name, &o, t, err, errlen);
+    for (int p = 0; rc == 0 && p < TRACE_PROBLEM_COUNT; p++) /* the rest, as the tool sums up */
+        if (t->problems[p] > max_warnings)
+            fprintf(warn, "gpumem: warning: %s: %" PRIu64 " %s in all (first at line %" PRIu64
+                    ")\n", name, t->problems[p], trace_problem_str((trace_problem)p),
+                    t->first_problem_line[p]);
     fclose(warn);
     if (rc != 0) {
         free(t);

@@ -467,7 +467,7 @@ class TraceInputTests(unittest.TestCase):
             r, said = self.replay_warned(path)
             self.assertEqual(r["bad_input"]["unknown_frees"], 9)
             self.assertEqual(len([m for m in said if "which is not live" in m]), 5)
-            self.assertIn("%s: 9 unknown frees in all (first at line 3)" % path, said)
+            self.assertIn("%s: 9 frees of unknown pointers in all (first at line 3)" % path, said)
 
     def test_format_told_by_content(self):
         """Before: by the name's .gz suffix (a gzip named .csv, or plain text named .csv.gz,
