@@ -32,14 +32,18 @@ def version():
         return re.search(r'#define GM_VERSION_STRING "([^"]+)"', f.read()).group(1)
 
 
+# The command-line tool's trace reader, replay engine and JSON report: gpumem.replay is the
+# tool's replay (_glue.c). The reader needs zlib.
+CLI_SOURCES = ["tools/gpumem/" + f for f in ("trace.c", "replay.c", "settings.c", "report_json.c")]
 core = Extension(
     "gpumem._gpumem",
-    sources=library_sources(ROOT) + ["python/gpumem/_glue.c", "python/gpumem/_cupy.c"],
-    include_dirs=["include", "src", "src/backend", "src/strategy"],
+    sources=library_sources(ROOT) + CLI_SOURCES + ["python/gpumem/_glue.c",
+                                                   "python/gpumem/_cupy.c"],
+    include_dirs=["include", "src", "src/backend", "src/strategy", "tools/gpumem"],
     define_macros=[("_GNU_SOURCE", None), ("GM_DEBUG", "1")],
     extra_compile_args=["-std=c11", "-O2", "-fvisibility=hidden", "-pthread"],
     extra_link_args=["-pthread"],
-    libraries=["dl", "m"],
+    libraries=["z", "dl", "m"],
 )
 
 

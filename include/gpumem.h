@@ -490,7 +490,8 @@ GM_API gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream);
 
 /* Note that `stream` also used the live block `ptr` (torch's record_stream): the block is not
  * reused by other streams until that stream's work queued before the free has completed.
- * Fails: GM_ERR_INVALID_ARGUMENT, GM_ERR_UNKNOWN_POINTER. O(1). Thread-safe. */
+ * Fails: GM_ERR_INVALID_ARGUMENT, GM_ERR_UNKNOWN_POINTER (not a live block: foreign, interior,
+ * or already freed). O(1). Thread-safe. */
 GM_API gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream);
 
 /* Give cached and free device memory back until at most `keep_bytes` remain reserved (0 =

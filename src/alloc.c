@@ -270,9 +270,14 @@ gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream)
         }
     }
     spin_unlock(&sh->lock);
-    if (!b)
-        return pool_unlock(pool, pool_diagnose_pointer_locked(pool, (uintptr_t)ptr,
-                                                              "gm_record_stream"));
+    if (!b) {
+        st = pool_diagnose_pointer_locked(pool, (uintptr_t)ptr, "gm_record_stream");
+        if (st == GM_ERR_DOUBLE_FREE) /* a freed block: recording frees nothing twice */
+            st = pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER, "gm_record_stream: %p is not "
+                                  "live: the block was already freed (a stream is recorded only "
+                                  "on a live block)", ptr);
+        return pool_unlock(pool, st);
+    }
     if (st != GM_OK)
         return pool_unlock(pool, pool_fail_locked(pool, st,
                                                   "gm_record_stream: host memory exhausted"));

@@ -135,6 +135,13 @@ static void test_bad_input(void)
     CHECK_STR_CONTAINS(gm_last_error(p), "double free");
     CHECK_EQ_U(callback_last, GM_ERR_DOUBLE_FREE);
     CHECK_OK(gm_pool_check(p));
+    /* A stream recorded on a freed block frees nothing: not a double free, and it says so. */
+    CHECK_STATUS(gm_record_stream(p, a, NULL), GM_ERR_UNKNOWN_POINTER);
+    CHECK_STR_CONTAINS(gm_last_error(p), "gm_record_stream");
+    CHECK_STR_CONTAINS(gm_last_error(p), "already freed");
+    CHECK_STR_CONTAINS(gm_last_error(p), "only on a live block");
+    CHECK(strstr(gm_last_error(p), "double free") == NULL);
+    CHECK_OK(gm_pool_check(p));
 
     CHECK_OK(gm_alloc(p, 4096, NULL, &a));
     CHECK_STATUS(gm_free(p, (char *)a + 512, NULL), GM_ERR_UNKNOWN_POINTER);

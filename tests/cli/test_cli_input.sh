@@ -1,8 +1,9 @@
 #!/bin/sh
 # The command line's handling of awkward input and its output details (issue 20): gzip that
-# yields no data, a Time that is not a number, a file name that is not UTF-8, --html into a
-# folder that does not exist, `replay -` (standard input), `compare --strategy / --segments`,
-# a line over 2 MiB, null streams in the snapshot, the JSON schema version, --version in --help.
+# yields no data or is followed by bytes that are not gzip, a Time that is not a number, a file
+# name that is not UTF-8, --html into a folder that does not exist, `replay -` (standard input),
+# `compare --strategy / --segments`, a line over 2 MiB, null streams in the snapshot, the JSON
+# schema version, --version in --help.
 # usage: test_cli_input.sh GPUMEM_BINARY SOURCE_DIR
 . "$(dirname "$0")/cli_lib.sh" # $GPUMEM, $SRC, $T and the checks
 H='Thread,Time,Action,Pointer,Size,Stream'
@@ -17,6 +18,14 @@ run 1 replay --json "$T/stub.csv.gz"; has "$T/err" "no trace data"
 printf '%s\n' "$H" | gzip >"$T/header_only.csv.gz"
 run 1 replay "$T/header_only.csv.gz"; has "$T/err" "no allocations to replay"
 run 1 compare "$T/header_only.csv.gz"; has "$T/err" "no allocations to replay"
+
+# --- gzip followed by bytes that are not gzip: counted, fatal under --strict --------------------
+gzip -c "$good" >"$T/tail.csv.gz"
+printf 'junk' >>"$T/tail.csv.gz"
+run 0 replay --json "$T/tail.csv.gz"
+json "$T/out" "d['bad_input']['truncated_gzip'] == 1 and d['ops'] == 4"
+has "$T/err" "tail.csv.gz:6: the gzip data is followed by 4 bytes that are not gzip"
+run 1 replay --strict "$T/tail.csv.gz"; has "$T/err" "followed by 4 bytes that are not gzip"
 
 # --- Time must be a number ---------------------------------------------------------------------
 printf '%s\n1,0.1,allocate,0x1000,64,0x0\n1,soon,allocate,0x2000,64,0x0\n1,0.3,free,0x1000,64,0x0\n' \

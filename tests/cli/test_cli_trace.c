@@ -177,6 +177,48 @@ static void test_truncated_gzip(void)
     CHECK_STR_CONTAINS(err, "truncated");
 }
 
+/* zlib's gzread ignores what follows the last gzip member without a word, so a file with bytes
+ * appended passed strict mode. They are damaged gzip (counted as such), fatal under strict;
+ * another gzip member after the first is more trace. */
+static void test_trailing_garbage(void)
+{
+    char text[512], err[512];
+    snprintf(text, sizeof text, "%s0,0.1,allocate,0x1000,100,0x0\n0,0.2,free,0x1000,100,0x0\n",
+             HEADER);
+    trace t;
+    const char *path = write_gzip("tail.csv.gz", text, 0);
+    FILE *f = fopen(path, "ab");
+    REQUIRE(f != NULL);
+    fputs("23 bytes, but not gzip.", f);
+    fclose(f);
+    REQUIRE(read_trace(path, 0, &t, err) == 0);
+    CHECK_EQ_U(t.n_ops, 2);
+    CHECK_EQ_U(t.problems[TRACE_TRUNCATED], 1);
+    CHECK_EQ_U(t.first_problem_line[TRACE_TRUNCATED], 4); /* after the last line */
+    trace_free(&t);
+    CHECK(read_trace(path, 1, &t, err) != 0);
+    CHECK_STR_CONTAINS(err, "tail.csv.gz:4:");
+    CHECK_STR_CONTAINS(err, "followed by 23 bytes that are not gzip");
+
+    /* Two members, as `cat a.gz b.gz` makes: one trace, nothing wrong. */
+    path = write_gzip("two.csv.gz", text, 0);
+    FILE *g = fopen(path, "ab");
+    gzFile more = g ? gzdopen(dup(fileno(g)), "ab") : NULL;
+    REQUIRE(more != NULL);
+    const char *rest = "0,0.3,allocate,0x2000,64,0x0\n";
+    REQUIRE(gzwrite(more, rest, (unsigned)strlen(rest)) == (int)strlen(rest));
+    gzclose(more);
+    fclose(g);
+    REQUIRE(read_trace(path, 1, &t, err) == 0);
+    CHECK_EQ_U(t.n_ops, 3);
+    trace_free(&t);
+
+    /* A plain trace is not gzip: nothing after it is checked but its lines. */
+    REQUIRE(read_trace(write_plain("plain.csv", text), 1, &t, err) == 0);
+    CHECK_EQ_U(t.n_ops, 2);
+    trace_free(&t);
+}
+
 /* Many live pointers force the pointer map to grow; frees in another order exercise deletion. */
 static void test_many_pointers(void)
 {
@@ -283,6 +325,7 @@ int main(void)
     test_header();
     test_bad_lines();
     test_truncated_gzip();
+    test_trailing_garbage();
     test_many_pointers();
     test_sizes_and_settings();
     char cmd[300];

@@ -4,11 +4,13 @@ checkout (traces, header)."""
 import gzip
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
 import tempfile
 import unittest
+import warnings
 
 import gpumem
 
@@ -121,6 +123,205 @@ class PoolTests(unittest.TestCase):
         s.close()
 
 
+class ErrorTests(unittest.TestCase):
+    """Every failure raises its status's class with the message of that failure."""
+
+    def test_replay_failures_raise_their_class(self):
+        """Before: TypeError (GpumemError built with one argument) for any failure but invalid
+        argument."""
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "t.csv")
+            write_trace(path, ["1,0.1,allocate,0x1000,4096,0x0", "1,0.2,free,0x1000,4096,0x0"])
+            with self.assertRaises(gpumem.UnsupportedError) as e:
+                gpumem.replay(path, conf="segments=vmm,sim.no_vmm=1")
+            self.assertEqual(e.exception.status, "unsupported")
+            self.assertIn("VMM", str(e.exception))
+            try:
+                r = gpumem.replay(path, backend="cuda")  # a machine with a GPU replays it
+                self.assertEqual(r["ops"], 2)
+            except gpumem.NoDeviceError as e:
+                self.assertEqual(e.status, "no device")
+                self.assertIn("cuda", str(e))
+            with self.assertRaisesRegex(gpumem.InvalidArgumentError, "no sim device 3"):
+                gpumem.replay(path, device=3)
+
+    def test_messages_are_current(self):
+        """Before: "invalid argument" alone, or an older failure's message ('unknown key
+        "stratgy"' for Pool("tpu"))."""
+        with self.assertRaisesRegex(ValueError, 'unknown key "stratgy"'):
+            gpumem.Pool("sim", conf="stratgy=tlsf")
+        cases = [(lambda: gpumem.Pool("tpu"), 'unknown backend "tpu"'),
+                 (lambda: gpumem.Pool("sim", device=-1), "device must be 0 to"),
+                 (lambda: gpumem.Pool("sim", device=99), "no sim device 99"),
+                 (lambda: gpumem.Pool("sim", device=1), r"1 device \(set sim.devices\)")]
+        for make, want in cases:
+            with self.assertRaises(gpumem.InvalidArgumentError) as e:
+                make()
+            self.assertIsInstance(e.exception, ValueError)
+            self.assertRegex(str(e.exception), want)
+            self.assertNotIn("stratgy", str(e.exception))
+        with gpumem.Pool("sim", device=1, conf="sim.devices=2") as pool:
+            self.assertEqual(pool.stats()["device"], 1)
+
+    def test_each_status_has_its_class(self):
+        with gpumem.Pool("sim", conf="sim.capacity=1G") as pool:
+            p = pool.alloc(4096)
+            pool.free(p)
+            with self.assertRaises(gpumem.DoubleFreeError):
+                pool.free(p)
+            with self.assertRaises(gpumem.UnknownPointerError) as e:
+                pool.free(p + (1 << 40))
+            self.assertIn("foreign pointer", str(e.exception))
+            with self.assertRaises(gpumem.OutOfMemoryError):
+                pool.alloc(4 << 30)
+            q = pool.alloc(4096)
+            with self.assertRaises(gpumem.BusyError) as e:
+                pool.close()
+            self.assertIn("close(force=True)", str(e.exception))  # not gm_pool_destroy_force
+            self.assertNotIn("gm_pool_destroy", str(e.exception))
+            self.assertIn("1 blocks (4096 bytes)", str(e.exception))
+            pool.free(q)
+        for cls in (gpumem.InvalidArgumentError, gpumem.OutOfMemoryError, gpumem.NoDeviceError,
+                    gpumem.DoubleFreeError, gpumem.UnknownPointerError, gpumem.BusyError,
+                    gpumem.UnsupportedError, gpumem.BackendError, gpumem.HostMemoryError,
+                    gpumem.TraceError):
+            self.assertTrue(issubclass(cls, gpumem.GpumemError), cls)
+        e = pickle.loads(pickle.dumps(gpumem.DoubleFreeError("double free", "gm_free: x")))
+        self.assertEqual((type(e), e.status, str(e)),
+                         (gpumem.DoubleFreeError, "double free", "double free: gm_free: x"))
+
+    def test_record_stream_on_a_freed_block(self):
+        """Before: "double free"; nothing was freed twice."""
+        with gpumem.Pool("sim") as pool:
+            p = pool.alloc(4096)
+            pool.free(p)
+            with self.assertRaises(gpumem.UnknownPointerError) as e:
+                pool.record_stream(p, pool.stream())
+            self.assertIn("already freed", str(e.exception))
+            self.assertNotIn("double free", str(e.exception))
+            pool.check()
+
+
+class ArgumentTests(unittest.TestCase):
+    """Arguments are checked before C sees them: ctypes would wrap or convert them."""
+
+    def test_sizes_and_streams(self):
+        class Index:  # e.g. a numpy integer
+            def __index__(self):
+                return 8192
+
+        with gpumem.Pool("sim") as pool:
+            for size in (-1, 0, 1 << 70, 2**64 + 4096):
+                with self.assertRaisesRegex(ValueError, "size must be 1 to 18446744073709551615"):
+                    pool.alloc(size)
+            for size in (1.5, True, "16", None):
+                with self.assertRaisesRegex(TypeError, "size must be an int"):
+                    pool.alloc(size)
+            for stream in ("x", 1.0, b"\0"):
+                with self.assertRaisesRegex(TypeError, "stream must be an int"):
+                    pool.alloc(16, stream=stream)
+            for stream in (-1, 2**64):
+                with self.assertRaisesRegex(ValueError, "stream must be 0 to"):
+                    pool.alloc(16, stream=stream)
+            self.assertEqual(pool.stats()["live_blocks"], 0)  # nothing was allocated
+            p = pool.alloc(Index(), stream=None)
+            self.assertEqual(pool.stats()["live_bytes"], 8192)
+            with self.assertRaisesRegex(TypeError, "ptr must be an int"):
+                pool.free(str(p))
+            with self.assertRaisesRegex(ValueError, "ptr must be 0 to"):
+                pool.free(p - 2**64)  # would be p once wrapped
+            with self.assertRaisesRegex(ValueError, "ptr must be 0 to"):
+                pool.record_stream(p + 2**64, 0)
+            with self.assertRaisesRegex(ValueError, "keep must be 0 to"):
+                pool.trim(keep=-1)
+            with self.assertRaisesRegex(TypeError, "keep must be an int"):
+                pool.trim(keep=0.5)
+            pool.free(p, stream=0)
+            pool.check()
+
+    def test_pool_and_replay_arguments(self):
+        with self.assertRaisesRegex(TypeError, "conf must be a str"):
+            gpumem.Pool("sim", conf=5)
+        with self.assertRaisesRegex(ValueError, "conf contains a NUL"):
+            gpumem.Pool("sim", conf="strategy=tlsf\0,nonsense")
+        with self.assertRaisesRegex(TypeError, "backend must be a str"):
+            gpumem.Pool(None)
+        for device in ("0", 0.0, True):
+            with self.assertRaisesRegex(TypeError, "device must be an int"):
+                gpumem.Pool("sim", device=device)
+        with self.assertRaisesRegex(ValueError, "device must be 0 to"):
+            gpumem.Pool("sim", device=2**40)
+        with self.assertRaisesRegex(TypeError, "conf must be a str"):
+            gpumem.replay(os.path.join(SRC, "traces", "comm_overlap.csv.gz"), conf=5)
+        with self.assertRaisesRegex(TypeError, "trace must be a"):
+            gpumem.replay(42)
+
+    def test_closed_pool(self):
+        pool = gpumem.Pool("sim")
+        pool.close()
+        calls = [lambda: pool.alloc(16), lambda: pool.free(4096), lambda: pool.trim(),
+                 lambda: pool.stats(), lambda: pool.summary(), lambda: pool.snapshot(),
+                 lambda: pool.check(), lambda: pool.reset_peaks(), lambda: pool.stream(),
+                 lambda: pool.record_stream(4096, 0)]
+        for call in calls:
+            with self.assertRaisesRegex(gpumem.InvalidArgumentError, "the pool is closed"):
+                call()
+        pool.close()
+
+
+class NamespaceTests(unittest.TestCase):
+    def test_public_names_are_the_api(self):
+        """Before: ctypes, glob, gzip, json and os were public names of gpumem."""
+        public = {n for n in dir(gpumem) if not n.startswith("_")}
+        submodules = {n for n in public if type(getattr(gpumem, n)) is type(os)}
+        self.assertLessEqual(submodules, {"cupy", "torch"})  # gpumem's own, once imported
+        self.assertEqual(public - submodules, set(gpumem.__all__))
+        for name in ("ctypes", "glob", "gzip", "json", "os", "array"):
+            self.assertNotIn(name, public)
+
+
+RACE = """
+import sys, threading, time
+import gpumem
+errors = []
+for round in range(int(sys.argv[1])):
+    pool = gpumem.Pool("sim")
+    started = threading.Barrier(5)
+    def work():
+        started.wait()
+        try:
+            while True:
+                pool.free(pool.alloc(4096 + 512 * (round % 7)))
+        except gpumem.GpumemError as e:
+            if "the pool is closed" not in str(e):
+                errors.append(repr(e))
+        except Exception as e:
+            errors.append(repr(e))
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    started.wait()
+    time.sleep(0.002)
+    pool.close(force=True)
+    for t in threads:
+        t.join()
+print("rounds done; errors:", len(errors), errors[:3])
+sys.exit(1 if errors else 0)
+"""
+
+
+class ThreadTests(unittest.TestCase):
+    def test_close_while_other_threads_allocate(self):
+        """close() waits for the calls in flight; later calls say the pool is closed. Before: the
+        pool was destroyed under the other threads' gm_alloc/gm_free (a use after free: ASan
+        every run, a crash or stray errors without it). In a child process: a crash fails the
+        test instead of ending the suite."""
+        run = subprocess.run([sys.executable, "-c", RACE, "40"], capture_output=True, text=True,
+                             timeout=300)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertIn("errors: 0", run.stdout)
+
+
 def write_trace(path, lines):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "wt") as f:
@@ -138,13 +339,15 @@ class ReplayTests(unittest.TestCase):
                                "1,0.5,allocate,0x3000,8192,0x7",
                                "1,0.6,free,0x2000,4096,0x7",
                                "1,0.7,free,0x3000,8192,0x7"])
-            r = gpumem.replay(path)
+            with self.assertWarnsRegex(gpumem.TraceWarning, "t.csv.gz:5: free of 0x9999"):
+                r = gpumem.replay(path)
             self.assertEqual(r["ops"], 6)
             self.assertEqual(r["peak_live_bytes"], 1048576 + 4096)
             self.assertEqual(r["oom_count"], 0)
             self.assertGreaterEqual(r["reserved_over_live"], 1)
             self.assertGreater(r["ns_per_op"], 0)
-            small = gpumem.replay(path, conf="sim.capacity=64M,reserve_limit=4K")
+            with self.assertWarns(gpumem.TraceWarning):
+                small = gpumem.replay(path, conf="sim.capacity=64M,reserve_limit=4K")
             self.assertGreater(small["oom_count"], 0)
             with self.assertRaisesRegex(ValueError, "no allocations"):
                 empty = os.path.join(d, "e.csv")
@@ -171,14 +374,132 @@ class ReplayTests(unittest.TestCase):
 
     @unittest.skipUnless(CLI, "GPUMEM_CLI not given")
     def test_same_figures_as_the_cli(self):
-        trace = os.path.join(SRC, "traces", "resnet_train.csv.gz")
-        for conf, sets in (("", []), ("segments=vmm", ["--set", "segments=vmm"])):
-            cli = json.loads(subprocess.run([CLI, "replay", "--json", "--no-progress"] + sets +
-                                            [trace], check=True, capture_output=True).stdout)
-            py = gpumem.replay(trace, conf=conf)
-            self.assertEqual(py["ops"], cli["ops"])
-            self.assertEqual(py["peak_live_bytes"], cli["peak_live_bytes"])
-            self.assertEqual(py["peak_reserved_bytes"], cli["peak_reserved_bytes"], conf)
+        """The tool's report, key for key, but for the times measured; on resnet_train, and on
+        a two-stream trace with a stream 0x1 (the default stream to the tool) and simulated
+        kernels that make events complete late."""
+        timed = {"host_ns", "ns_per_op", "ns_per_op_min", "ns_per_op_max"}
+        with tempfile.TemporaryDirectory() as d:
+            two = os.path.join(d, "two.csv")
+            write_trace(two, ["1,%.4f,allocate,0x%x,%d,0x%x" % (i * 1e-4, 0x10000 * (i + 1),
+                                                                 4096 * (1 + i % 13), i % 3)
+                              for i in range(300)] +
+                        ["1,%.4f,free,0x%x,0,0x%x" % (0.03 + i * 1e-4, 0x10000 * (i + 1), i % 2)
+                         for i in range(0, 300, 2)])
+            for trace, conf in ((os.path.join(SRC, "traces", "resnet_train.csv.gz"), ""),
+                                (os.path.join(SRC, "traces", "resnet_train.csv.gz"),
+                                 "segments=vmm"),
+                                (two, "sim.kernel_ns=20000")):
+                sets = ["--set", conf] if conf else []
+                cli = json.loads(subprocess.run(
+                    [CLI, "replay", "--json", "--no-progress"] + sets + [trace], check=True,
+                    capture_output=True).stdout)
+                py = gpumem.replay(trace, conf=conf)
+                self.assertGreater(py["ops"], 0)
+                self.assertEqual(set(py) - {"stats"}, set(cli))
+                for key in set(cli) - timed:
+                    self.assertEqual(py[key], cli[key], (trace, conf, key))
+                self.assertEqual(py["stats"]["peak_reserved_bytes"], cli["peak_reserved_bytes"])
+
+
+class TraceInputTests(unittest.TestCase):
+    """Traces are read by the command-line tool's reader: the format told by content, bad lines
+    counted (and warned about with file and line), the same errors."""
+
+    def replay_warned(self, path, **kw):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            r = gpumem.replay(path, **kw)
+        for w in seen:
+            self.assertIs(w.category, gpumem.TraceWarning)
+        return r, [str(w.message) for w in seen]
+
+    def test_truncated_gzip(self):
+        """Before: a bare EOFError, no file name."""
+        text = H + "".join("0,%d.%06d,allocate,0x%x,%d,0x0\n" % (i, i * 7919 % 1000000,
+                                                                 0x100000 + i * 0x1230, i * 37 + 1)
+                           for i in range(2000))
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "cut.csv.gz")
+            with open(path, "wb") as f:
+                f.write(gzip.compress(text.encode())[:3000])
+            r, said = self.replay_warned(path)
+            self.assertEqual(r["bad_input"]["truncated_gzip"], 1)
+            self.assertTrue(0 < r["ops"] < 2000, r["ops"])
+            self.assertTrue(any(m.startswith(path + ":") and "truncated" in m for m in said), said)
+            with self.assertRaises(gpumem.TraceError) as e:
+                gpumem.replay(path, strict=True)
+            self.assertIn(path + ":", str(e.exception))
+            self.assertIn("truncated", str(e.exception))
+
+    def test_bad_lines_are_counted(self):
+        """Before: a negative size raised OverflowError; skipped lines vanished uncounted."""
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "t.csv")
+            write_trace(path, ["1,0.1,allocate,0x1000,4096,0x0",
+                               "1,0.2,allocate,0x2000,-5,0x0",       # line 3: malformed
+                               "1,0.3,free,0x9999,64,0x0",           # a free of nothing
+                               "1,0.4,allocate failure,0x0,99,0x0",
+                               "1,0.5,allocate,0x3000,0,0x0",        # 0 bytes
+                               "1,0.6,allocate,0x1000,8192,0x0",     # 0x1000 is still live
+                               "1,0.7,free,0x1000,8192,0x0"])
+            r, said = self.replay_warned(path)
+            want = {"malformed_lines": 1, "unknown_frees": 1, "double_allocates": 1,
+                    "truncated_gzip": 0}
+            self.assertEqual({k: r["bad_input"][k] for k in want}, want)
+            self.assertEqual((r["logged_allocate_failures"], r["zero_size_allocates"]), (1, 1))
+            self.assertEqual(r["ops"], 4)  # 2 allocates, the implied free, the free
+            self.assertIn(path + ":3: malformed line: size is not a decimal byte count", said)
+            self.assertIn(path + ":4: free of 0x9999, which is not live: skipped", said)
+            with self.assertWarns(gpumem.TraceWarning):
+                t = gpumem.read_trace(path)
+            self.assertEqual(t["bad_input"], want)
+            self.assertEqual(t["first_bad_line"]["unknown_frees"], 4)
+            self.assertEqual(list(t["kind"]), [0, 1, 0, 1])
+            self.assertEqual(list(t["size"]), [4096, 4096, 8192, 8192])
+            with self.assertRaisesRegex(gpumem.TraceError, re.escape(path) + ":3: .*--strict"):
+                gpumem.replay(path, strict=True)
+
+    def test_many_bad_lines_are_summed_up(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "t.csv")
+            write_trace(path, ["1,0.1,allocate,0x1000,64,0x0"] +
+                        ["1,0.2,free,0x%x,64,0x0" % (0x9000 + i) for i in range(9)])
+            r, said = self.replay_warned(path)
+            self.assertEqual(r["bad_input"]["unknown_frees"], 9)
+            self.assertEqual(len([m for m in said if "which is not live" in m]), 5)
+            self.assertIn("%s: 9 frees of unknown pointers in all (first at line 3)" % path, said)
+
+    def test_format_told_by_content(self):
+        """Before: by the name's .gz suffix (a gzip named .csv, or plain text named .csv.gz,
+        failed)."""
+        lines = ["1,0.1,allocate,0x1000,4096,0x0", "1,0.2,free,0x1000,4096,0x0"]
+        with tempfile.TemporaryDirectory() as d:
+            gz_named_csv, csv_named_gz = os.path.join(d, "a.csv"), os.path.join(d, "b.csv.gz")
+            with open(gz_named_csv, "wb") as f:
+                f.write(gzip.compress((H + "".join(l + "\n" for l in lines)).encode()))
+            with open(csv_named_gz, "w") as f:
+                f.write(H + "".join(l + "\n" for l in lines))
+            for path in (gz_named_csv, csv_named_gz):
+                self.assertEqual(gpumem.replay(path)["peak_live_bytes"], 4096, path)
+                self.assertEqual(gpumem.read_trace(path)["ops"], 2)
+            junk = os.path.join(d, "junk.txt")
+            with open(junk, "w") as f:
+                f.write("hello\n")
+            with self.assertRaisesRegex(gpumem.TraceError, re.escape(junk) + ":1: not an RMM"):
+                gpumem.replay(junk)
+            with self.assertRaisesRegex(gpumem.TraceError, "empty file"):
+                gpumem.replay(os.devnull)
+            with self.assertRaises(FileNotFoundError):
+                gpumem.replay(os.path.join(d, "missing.csv"))
+
+    def test_replay_reads_files_only(self):
+        """Before: replay took a dict of arrays and trusted their lengths and values (a heap
+        overflow in C); read_trace's dict is for looking at a trace."""
+        path = os.path.join(SRC, "traces", "comm_overlap.csv.gz")
+        t = gpumem.read_trace(path)
+        with self.assertRaisesRegex(TypeError, "trace must be a trace file's path"):
+            gpumem.replay(t)
+        self.assertEqual(gpumem.replay(path)["ops"], t["ops"])
 
 
 if __name__ == "__main__":

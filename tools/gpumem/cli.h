@@ -75,6 +75,10 @@ typedef struct trace_read_options {
  * On failure *out is released. */
 int trace_read(const char *path, const trace_read_options *opt, trace *out, char *err,
                size_t errlen);
+/* The same from an open descriptor (left open; read from its current offset), named `name` in
+ * messages: what the Python package reads a file it opened through. */
+int trace_read_fd(int fd, const char *name, const trace_read_options *opt, trace *out, char *err,
+                  size_t errlen);
 void trace_free(trace *t);
 const char *trace_problem_str(trace_problem p);  /* "malformed line" */
 const char *trace_problem_key(trace_problem p);  /* "malformed_lines" (JSON) */
@@ -205,6 +209,9 @@ void *calloc_touched(size_t n, size_t size);
 /* Open the backend the settings name: device s->device (sim: of a simulated machine of
  * sim.devices devices). Returns EXIT_OK_ or EXIT_RUNTIME with a message. */
 int backend_open(const cli_settings *s, gm_backend **out, char *err, size_t errlen);
+/* The same, returning why: GM_ERR_INVALID_ARGUMENT (no such sim device) or the backend's status
+ * (GM_ERR_NO_DEVICE without a driver or GPU, ...), with the message in err. */
+gm_status backend_open_status(const cli_settings *s, gm_backend **out, char *err, size_t errlen);
 /* How many devices the settings' backend has (sim: sim.devices; cuda: what the driver sees, 1
  * when it cannot tell: opening the device then says why). */
 int backend_device_count(const cli_settings *s);

@@ -91,23 +91,28 @@ static gm_status sim_open(const cli_settings *s, gm_backend **out)
     return GM_OK;
 }
 
-int backend_open(const cli_settings *s, gm_backend **out, char *err, size_t errlen)
+gm_status backend_open_status(const cli_settings *s, gm_backend **out, char *err, size_t errlen)
 {
     int n = backend_device_count(s);
     if (s->backend == BACKEND_SIM && (s->device < 0 || s->device >= n)) {
         snprintf(err, errlen, "no sim device %d: the simulated machine has %d device%s (set "
                  "sim.devices)", s->device, n, n == 1 ? "" : "s");
-        return EXIT_RUNTIME;
+        return GM_ERR_INVALID_ARGUMENT;
     }
     gm_status st = s->backend == BACKEND_CUDA ? gm_cuda_backend_create(s->device, out)
                                               : sim_open(s, out);
     if (st == GM_OK)
-        return EXIT_OK_;
+        return GM_OK;
     const char *msg = gm_backend_last_error();
     snprintf(err, errlen, "cannot open the %s backend: %s%s%s",
              s->backend == BACKEND_CUDA ? "cuda" : "sim", gm_status_str(st), *msg ? ": " : "",
              msg);
-    return EXIT_RUNTIME;
+    return st;
+}
+
+int backend_open(const cli_settings *s, gm_backend **out, char *err, size_t errlen)
+{
+    return backend_open_status(s, out, err, errlen) == GM_OK ? EXIT_OK_ : EXIT_RUNTIME;
 }
 
 /* splitmix64's finaliser over the slot index and the seed, scaled to [0, 1). */

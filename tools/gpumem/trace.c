@@ -1,9 +1,10 @@
 /*
  * RMM CSV trace reader (docs/trace-format.md).
  *
- * The file is read with zlib's gzread, which passes plain text through unchanged, in 1 MiB
- * chunks; lines are cut with memchr and split by a hand-written field scanner (no sscanf), so a
- * million-line trace parses in a fraction of a second.
+ * The file is read in 1 MiB chunks, plain text as it is, gzip (told by its first two bytes, not
+ * its name; one member or several, concatenated) through zlib's inflate; lines are cut with
+ * memchr and split by a hand-written field scanner (no sscanf), so a million-line trace parses
+ * in a fraction of a second.
  *
  * Pointers are resolved here, once: an open-addressing hash map (linear probing, deletion by
  * backward shift, so no tombstones) maps each live logged pointer to its allocation's slot.
@@ -11,15 +12,18 @@
  * most 1/2, so a probe is O(1) expected. A free becomes "free slot k"; replay then indexes an
  * array instead of hashing.
  *
- * Bad input (malformed line, unknown free, allocate of a live pointer, truncated gzip) is
- * counted and reported with its line number; with `strict` the first one is fatal.
+ * Bad input (malformed line, unknown free, allocate of a live pointer, truncated or corrupt
+ * gzip, bytes after the gzip data) is counted and reported with its line number; with `strict`
+ * the first one is fatal.
  */
 #include "cli.h"
 #include "hashmap.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -355,24 +359,168 @@ static int on_line(reader *r, const char *s, const char *e)
     return r->line == 1 ? parse_header(r, s, e) : parse_line(r, s, e);
 }
 
-/* zlib's verdict at end of input: 0 clean, 1 truncated / corrupt (counted), -1 fatal. */
-static int check_end(reader *r, gzFile gz, int partial_line)
+/* ---- input: plain or gzip, by content ---------------------------------------------------- */
+
+/* The file's bytes, inflated when it is gzip. Not zlib's gzread: it ignores whatever follows the
+ * last gzip member without a word, so a file with bytes appended to it passed --strict. */
+typedef struct input {
+    int fd;
+    bool gzip;           /* the file starts with gzip's magic bytes */
+    bool inflating;      /* inflateInit2 done */
+    bool member_done;    /* a member ended: another one, or the end of the file, must follow */
+    bool eof;            /* read() returned 0 */
+    z_stream z;
+    unsigned char *buf;  /* read buffer; z.next_in / z.avail_in: what is not used yet */
+    int zerr;            /* Z_OK, Z_BUF_ERROR (ends early), Z_DATA_ERROR, Z_MEM_ERROR, Z_ERRNO */
+    int read_errno;      /* Z_ERRNO: read()'s errno */
+    const char *zmsg;    /* zlib's word for a Z_DATA_ERROR */
+    uint64_t trailing;   /* bytes after the last gzip member that are not gzip */
+} input;
+
+enum { INPUT_BYTES = 256 << 10 };
+
+/* Read until at least `want` bytes are unused (or the file ends). 0, or -1 on a read error. */
+static int input_fill(input *in, size_t want)
 {
-    int zerr = Z_OK;
-    const char *zmsg = gzerror(gz, &zerr);
-    if (zerr == Z_OK || zerr == Z_STREAM_END)
+    if (in->z.avail_in && in->z.next_in != in->buf)
+        memmove(in->buf, in->z.next_in, in->z.avail_in);
+    in->z.next_in = in->buf;
+    while (in->z.avail_in < want && !in->eof) {
+        ssize_t got = read(in->fd, in->buf + in->z.avail_in, INPUT_BYTES - in->z.avail_in);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            in->zerr = Z_ERRNO;
+            in->read_errno = errno;
+            return -1;
+        }
+        in->eof = got == 0;
+        in->z.avail_in += (uInt)got;
+    }
+    return 0;
+}
+
+static int input_open(input *in, int fd)
+{
+    memset(in, 0, sizeof *in);
+    in->fd = fd;
+    in->buf = malloc(INPUT_BYTES);
+    if (!in->buf) {
+        in->zerr = Z_MEM_ERROR;
+        return -1;
+    }
+    if (input_fill(in, 2) != 0)
+        return -1;
+    in->gzip = in->z.avail_in >= 2 && in->buf[0] == 0x1f && in->buf[1] == 0x8b;
+    if (in->gzip) {
+        if (inflateInit2(&in->z, 16 + MAX_WBITS) != Z_OK) { /* 16: a gzip wrapper */
+            in->zerr = Z_MEM_ERROR;
+            return -1;
+        }
+        in->inflating = true;
+    }
+    return 0;
+}
+
+static void input_close(input *in)
+{
+    if (in->inflating)
+        inflateEnd(&in->z);
+    free(in->buf);
+}
+
+/* After a member's end: another member, the end of the file, or trailing bytes (counted, and
+ * the rest of the file with them). Returns 1 when a new member starts. */
+static int input_next_member(input *in)
+{
+    if (input_fill(in, 2) != 0 || in->z.avail_in == 0)
         return 0;
-    if (zerr == Z_ERRNO)
-        return fail(r, "read error: %s", strerror(errno));
-    const char *what = zerr == Z_BUF_ERROR ? "gzip stream is truncated" : "gzip data is corrupt";
-    if (r->line == 0) { /* not even a header came out: there is no trace, not a damaged one */
+    if (in->z.avail_in >= 2 && in->z.next_in[0] == 0x1f && in->z.next_in[1] == 0x8b) {
+        inflateReset(&in->z);
+        in->member_done = false;
+        return 1;
+    }
+    in->trailing = in->z.avail_in;
+    in->z.avail_in = 0;
+    while (!in->eof) {
+        ssize_t got = read(in->fd, in->buf, INPUT_BYTES);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            in->eof = true; /* a read error here loses nothing of the trace */
+            break;
+        }
+        in->trailing += (uint64_t)got;
+    }
+    return 0;
+}
+
+/* Up to n bytes of the trace into out: how many, or 0 at the end (in->zerr: whether it ended
+ * well). */
+static size_t input_read(input *in, char *out, size_t n)
+{
+    if (!in->gzip) {
+        for (;;) {
+            if (in->z.avail_in) {
+                size_t k = in->z.avail_in < n ? in->z.avail_in : n;
+                memcpy(out, in->z.next_in, k);
+                in->z.next_in += k;
+                in->z.avail_in -= (uInt)k;
+                return k;
+            }
+            if (in->eof || in->zerr != Z_OK || input_fill(in, 1) != 0)
+                return 0;
+        }
+    }
+    while (in->zerr == Z_OK) {
+        if (in->member_done && !input_next_member(in))
+            return 0;
+        if (in->z.avail_in == 0 && input_fill(in, 1) != 0)
+            return 0;
+        in->z.next_out = (unsigned char *)out;
+        in->z.avail_out = (uInt)n;
+        int ret = inflate(&in->z, Z_NO_FLUSH);
+        size_t made = n - in->z.avail_out;
+        if (ret == Z_STREAM_END) {
+            in->member_done = true;
+        } else if (ret == Z_BUF_ERROR || (ret == Z_OK && made == 0)) {
+            if (in->z.avail_in == 0 && in->eof) /* the data stops inside a member */
+                in->zerr = Z_BUF_ERROR;
+        } else if (ret != Z_OK) {
+            in->zerr = ret == Z_MEM_ERROR ? Z_MEM_ERROR : Z_DATA_ERROR;
+            in->zmsg = in->z.msg;
+        }
+        if (made)
+            return made;
+    }
+    return 0;
+}
+
+/* The input's verdict at its end: 0 clean, 1 truncated / corrupt / followed by bytes that are
+ * not gzip (counted), -1 fatal. */
+static int check_end(reader *r, const input *in, int partial_line)
+{
+    if (in->zerr == Z_ERRNO)
+        return fail(r, "read error: %s", strerror(in->read_errno));
+    if (in->zerr == Z_MEM_ERROR)
+        return fail(r, "out of host memory");
+    if (in->zerr == Z_OK && in->trailing == 0)
+        return 0;
+    const char *what = in->zerr == Z_BUF_ERROR ? "gzip stream is truncated"
+                       : in->zerr != Z_OK     ? "gzip data is corrupt"
+                                              : NULL;
+    const char *zmsg = in->zerr == Z_BUF_ERROR ? "unexpected end of file"
+                                               : in->zmsg ? in->zmsg : "invalid data";
+    if (r->line == 0 && what) { /* not even a header came out: there is no trace */
         snprintf(r->err, r->errlen, "%s: %s (%s) before the first line: no trace data",
                  r->t->path, what, zmsg);
         return -1;
     }
     r->line++; /* the problem sits on the line after the last complete one */
-    int rc = problem(r, TRACE_TRUNCATED, "%s (%s)%s: the rest of the trace is lost", what, zmsg,
-                     partial_line ? "; the incomplete last line is dropped" : "");
+    int rc = what ? problem(r, TRACE_TRUNCATED, "%s (%s)%s: the rest of the trace is lost", what,
+                            zmsg, partial_line ? "; the incomplete last line is dropped" : "")
+                  : problem(r, TRACE_TRUNCATED, "the gzip data is followed by %llu bytes that "
+                            "are not gzip: ignored", (unsigned long long)in->trailing);
     return rc != 0 ? -1 : 1;
 }
 
@@ -417,7 +565,7 @@ static int fill_free_sizes(trace *t)
     return 0;
 }
 
-static int read_all(reader *r, gzFile gz)
+static int read_all(reader *r, input *in)
 {
     char *buf = malloc(CHUNK_BYTES);
     if (!buf)
@@ -426,10 +574,10 @@ static int read_all(reader *r, gzFile gz)
     int skipping = 0; /* inside an over-long line, dropping bytes up to its newline */
     int rc = 0;
     for (;;) {
-        int got = gzread(gz, buf + have, (unsigned)(CHUNK_BYTES - have));
-        if (got <= 0)
+        size_t got = input_read(in, buf + have, CHUNK_BYTES - have);
+        if (got == 0)
             break;
-        const char *s = buf, *end = buf + have + (size_t)got;
+        const char *s = buf, *end = buf + have + got;
         const char *nl;
         while ((nl = memchr(s, '\n', (size_t)(end - s))) != NULL) {
             if (skipping)
@@ -456,7 +604,7 @@ static int read_all(reader *r, gzFile gz)
             skipping = 1;
         }
     }
-    rc = check_end(r, gz, have > 0);
+    rc = check_end(r, in, have > 0);
     if (rc == 0 && have > 0 && !skipping)
         rc = on_line(r, buf, buf + have); /* last line without a newline */
     if (rc == 1)
@@ -466,44 +614,32 @@ out:
     return rc;
 }
 
-int trace_read(const char *path, const trace_read_options *opt, trace *t, char *err,
-               size_t errlen)
+int trace_read_fd(int fd, const char *name, const trace_read_options *opt, trace *t, char *err,
+                  size_t errlen)
 {
     memset(t, 0, sizeof *t);
     reader r = {.t = t, .opt = opt, .err = err, .errlen = errlen};
-    t->path = strdup(strcmp(path, "-") == 0 ? "<stdin>" : path); /* for messages */
+    t->path = strdup(name); /* for messages */
     t->streams = malloc(4 * sizeof *t->streams);
     t->cap_streams = 4;
     if (!t->path || !t->streams || !pmap_resize(&r.live, MAP_MIN_CAPACITY)) {
-        snprintf(err, errlen, "%s: out of host memory", path);
+        snprintf(err, errlen, "%s: out of host memory", name);
         free(r.live.slots);
         trace_free(t);
         return -1;
     }
     t->streams[0] = 0;
     t->n_streams = 1;
-    /* "-" is standard input (plain or gzip, as a file). */
-    int from_stdin = strcmp(path, "-") == 0;
-    int fd = from_stdin ? dup(STDIN_FILENO) : -1;
-    gzFile gz = from_stdin ? (fd >= 0 ? gzdopen(fd, "rb") : NULL) : gzopen(path, "rb");
-    if (!gz && fd >= 0)
-        close(fd);
-    if (!gz) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, errno ? strerror(errno) : "zlib");
-        free(r.live.slots);
-        trace_free(t);
-        return -1;
-    }
-    gzbuffer(gz, 256u << 10);
-    int rc = read_all(&r, gz);
-    gzclose(gz);
+    input in;
+    int rc = input_open(&in, fd) == 0 ? read_all(&r, &in) : check_end(&r, &in, 0);
+    input_close(&in);
     free(r.live.slots);
     if (rc == 0 && r.line == 0) {
-        snprintf(err, errlen, "%s: empty file: not an RMM trace (no header line)", path);
+        snprintf(err, errlen, "%s: empty file: not an RMM trace (no header line)", name);
         rc = -1;
     }
     if (rc == 0 && fill_free_sizes(t) != 0) {
-        snprintf(err, errlen, "%s: out of host memory", path);
+        snprintf(err, errlen, "%s: out of host memory", name);
         rc = -1;
     }
     if (rc != 0) {
@@ -512,6 +648,22 @@ int trace_read(const char *path, const trace_read_options *opt, trace *t, char *
     }
     prescan(t);
     return 0;
+}
+
+int trace_read(const char *path, const trace_read_options *opt, trace *t, char *err,
+               size_t errlen)
+{
+    if (strcmp(path, "-") == 0) /* standard input, plain or gzip, as a file */
+        return trace_read_fd(STDIN_FILENO, "<stdin>", opt, t, err, errlen);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        memset(t, 0, sizeof *t);
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    int rc = trace_read_fd(fd, path, opt, t, err, errlen);
+    close(fd);
+    return rc;
 }
 
 void trace_free(trace *t)
