@@ -12,6 +12,7 @@
 Build files go to build-python/ (GPUMEM_BUILD_BASE overrides it), never to build/.
 """
 import importlib.util
+import json
 import os
 import re
 import sys
@@ -47,16 +48,42 @@ core = Extension(
 )
 
 
+spec = importlib.util.spec_from_file_location(
+    "gpumem_torch_ext", os.path.join(ROOT, "integrations", "torch", "torch_ext.py"))
+TORCH_EXT = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(TORCH_EXT)
+# Why gpumem.torch._C was not built, if it was not: written to gpumem/torch/_build_info.json,
+# which gpumem.torch.enable() reads to say so (docs/torch.md, "Build").
+BUILD_INFO = {"built": False, "torch": None, "supported": TORCH_EXT.SUPPORTED, "reason": None}
+
+
+def not_built(reason):
+    BUILD_INFO["reason"] = reason
+    sys.stderr.write("gpumem: installing without the PyTorch backend (gpumem.torch._C): %s. "
+                     "It builds with %s and the CUDA toolkit; set GPUMEM_NO_TORCH=1 to build "
+                     "without it silently.\n" % (reason, TORCH_EXT.SUPPORTED))
+
+
 def torch_extension():
-    """(Extension, build_ext class) of gpumem.torch, or None when torch is not importable (or
-    GPUMEM_NO_TORCH is set: a build of the core and CuPy parts only)."""
-    if os.environ.get("GPUMEM_NO_TORCH") or importlib.util.find_spec("torch") is None:
+    """(Extension, build_ext class) of gpumem.torch, or None when it cannot be built here (no
+    torch, an unsupported one, no CUDA toolkit; BUILD_INFO says why) or GPUMEM_NO_TORCH is set."""
+    if os.environ.get("GPUMEM_NO_TORCH"):
+        BUILD_INFO["reason"] = "GPUMEM_NO_TORCH was set when gpumem was installed"
         return None
-    spec = importlib.util.spec_from_file_location(
-        "gpumem_torch_ext", os.path.join(ROOT, "integrations", "torch", "torch_ext.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.extension(ROOT)
+    if importlib.util.find_spec("torch") is None:
+        BUILD_INFO["reason"] = "torch was not installed when gpumem was installed"
+        return None
+    try:
+        import torch
+        BUILD_INFO["torch"] = torch.__version__
+        ver = TORCH_EXT.torch_version_tuple(torch.__version__)
+        if ver is None or ver < TORCH_EXT.TORCH_MIN:
+            not_built("torch %s is older than %s" % (torch.__version__, TORCH_EXT.SUPPORTED))
+            return None
+        return TORCH_EXT.extension(ROOT)
+    except Exception as e:  # a broken torch, no CUDA_HOME, headers the scan cannot read
+        not_built("torch %s: %s: %s" % (BUILD_INFO["torch"], type(e).__name__, e))
+        return None
 
 
 ext_modules, base = [core], build_ext
@@ -67,12 +94,43 @@ if torch_ext:
 
 
 class BuildExt(base):
-    """Compiles the C sources in parallel (the library is ~20 files)."""
+    """Compiles the C sources in parallel (the library is ~20 files). A failure of the PyTorch
+    extension does not fail the install: the core package installs, and _build_info.json says
+    why gpumem.torch has no backend."""
 
     def finalize_options(self):
         super().finalize_options()
         if not self.parallel:
             self.parallel = os.cpu_count() or 1
+
+    def build_extension(self, ext):
+        if ext.name != TORCH_EXT.EXT_NAME:
+            return super().build_extension(ext)
+        try:
+            super().build_extension(ext)
+            BUILD_INFO.update(built=True, reason=None)
+        except Exception as e:  # compile or link error: the compiler's text is above
+            why = "compiling it against torch %s failed (%s)" % (BUILD_INFO["torch"], e)
+            try:
+                unknown = TORCH_EXT.unknown_pure_virtuals(TORCH_EXT.torch_include_paths())
+                if unknown:
+                    why += "; this torch declares allocator methods gpumem does not know: " + ", ".join(unknown)
+            except Exception:
+                pass
+            ver = TORCH_EXT.torch_version_tuple(BUILD_INFO["torch"])
+            if ver and ver > TORCH_EXT.TORCH_MAX:
+                why += "; it is newer than " + TORCH_EXT.SUPPORTED
+            not_built(why)
+            self._torch_failed = ext
+
+    def run(self):
+        super().run()
+        if getattr(self, "_torch_failed", None) in self.extensions:
+            self.extensions.remove(self._torch_failed)
+        out = os.path.join(self.build_lib, "gpumem", "torch")
+        if os.path.isdir(out):
+            with open(os.path.join(out, "_build_info.json"), "w") as f:
+                json.dump(BUILD_INFO, f, indent=1)
 
 
 packages = ["gpumem"]

@@ -23,6 +23,11 @@
 //    a capturing stream, other than a private block freed on its own stream) is deferred until
 //    that capture has ended: no event is queried and no stream synchronized during capture.
 //    The pools' helper threads (vmm_unmap_thread) are paused meanwhile (gm_background_pause).
+//
+// PyTorch versions (2.4 to 2.15, docs/torch.md "Versions"): the interface changes from release to
+// release (methods added, renamed, re-signed). torch_ext.py reads the installed torch's headers
+// and defines one GM_TORCH_HAS_* macro per difference; the #if blocks below implement whichever
+// form that torch declares, each a thin wrapper over one implementation.
 
 #include <torch/extension.h>
 
@@ -37,6 +42,10 @@
 #include <cuda_runtime_api.h>
 
 #include "gpumem.h"
+
+#ifndef GM_TORCH_FEATURES
+#error "build gm_torch_backend.cpp with integrations/torch/torch_ext.py: it defines GM_TORCH_HAS_* from torch's headers"
+#endif
 
 #include <algorithm>
 #include <array>
@@ -56,15 +65,16 @@
 namespace gmt {
 
 namespace CCA = c10::cuda::CUDACachingAllocator;
+namespace StatNS = GM_TORCH_STAT_NS;  // Stat, StatType, format_size: moved in 2.5 and 2.7
 using c10::DeviceIndex;
-using c10::MempoolId_t;
-using c10::CachingAllocator::Stat;
-using c10::CachingAllocator::StatArray;
-using c10::CachingDeviceAllocator::BlockInfo;
-using c10::CachingDeviceAllocator::DeviceStats;
-using c10::CachingDeviceAllocator::RecordContext;
-using c10::CachingDeviceAllocator::SegmentInfo;
-using c10::CachingDeviceAllocator::TraceEntry;
+using c10::cuda::MempoolId_t;  // c10::cuda's in 2.4, c10's (and named in c10::cuda) since 2.9
+using StatNS::Stat;
+using StatNS::StatArray;
+using CCA::BlockInfo;  // CCA's own before 2.11, c10::CachingDeviceAllocator's named there since
+using CCA::DeviceStats;
+using CCA::RecordContext;
+using CCA::SegmentInfo;
+using CCA::TraceEntry;
 
 constexpr int kMaxDevices = 64;             // gpumem's device limit
 constexpr size_t kSmallSize = 1 << 20;      // PyTorch's small/large split for its statistics
@@ -217,9 +227,21 @@ struct Session {
 struct Counters {  // PyTorch's statistics that gpumem has no equivalent for
     StatArray allocation, active, allocated_bytes, active_bytes, requested_bytes;
     int64_t num_ooms = 0;
+    int64_t num_oom_rejections = 0;  // of num_ooms: refused by set_per_process_memory_fraction's cap
     uint64_t retries_base = 0;  // resetAccumulatedStats: gm's ladder count at that time
     int64_t segment_peak = 0;
 };
+
+// A Stat moves as PyTorch's own allocator moves it (its methods, which 2.4's Stat lacks).
+inline void stat_increase(Stat& st, int64_t n) {
+    st.current += n;
+    st.peak = std::max(st.current, st.peak);
+    st.allocated += n;
+}
+inline void stat_decrease(Stat& st, int64_t n) {
+    st.current -= n;
+    st.freed += n;
+}
 
 template <typename F>
 void for_each_stat(Counters& c, F f) {
@@ -246,9 +268,8 @@ struct DeviceState {
 inline gm_stream gs(cudaStream_t s) { return reinterpret_cast<gm_stream>(s); }
 
 inline void for_types(size_t granted, const std::function<void(size_t)>& f) {
-    f(static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE));
-    f(static_cast<size_t>(granted <= kSmallSize ? c10::CachingAllocator::StatType::SMALL_POOL
-                                                : c10::CachingAllocator::StatType::LARGE_POOL));
+    f(static_cast<size_t>(StatNS::StatType::AGGREGATE));
+    f(static_cast<size_t>(granted <= kSmallSize ? StatNS::StatType::SMALL_POOL : StatNS::StatType::LARGE_POOL));
 }
 
 bool stream_capturing(cudaStream_t s) {
@@ -431,11 +452,11 @@ class GmAllocator final : public CCA::CUDAAllocator {
         {
             std::lock_guard<std::mutex> g(D.mu);
             for_types(b.granted, [&](size_t t) {
-                D.c.allocation[t].increase(1);
-                D.c.active[t].increase(1);
-                D.c.allocated_bytes[t].increase(b.granted);
-                D.c.active_bytes[t].increase(b.granted);
-                D.c.requested_bytes[t].increase(size);
+                stat_increase(D.c.allocation[t], 1);
+                stat_increase(D.c.active[t], 1);
+                stat_increase(D.c.allocated_bytes[t], b.granted);
+                stat_increase(D.c.active_bytes[t], b.granted);
+                stat_increase(D.c.requested_bytes[t], size);
             });
         }
         trace(dev, TraceEntry::ALLOC, p, b.granted, stream, pp ? pp->id : kDefaultPool,
@@ -460,29 +481,39 @@ class GmAllocator final : public CCA::CUDAAllocator {
             if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
         }
         int64_t allocated;
-        {
-            std::lock_guard<std::mutex> g(D.mu);
-            D.c.num_ooms++;
-            allocated = D.c.allocated_bytes[0].current;
-        }
+        double frac;
         gm_stats gst{};
         size_t reserved = gm_pool_stats(pool, &gst) == GM_OK ? gst.reserved_bytes : 0;
+        size_t limit;
+        bool rejected;  // by the fraction's cap (as the ladder left the pool), not by the device
+        {
+            std::lock_guard<std::mutex> g(D.mu);
+            frac = D.fraction;
+            limit = frac > 0 ? static_cast<size_t>(frac * static_cast<double>(total_b)) : total_b;
+            rejected = frac > 0 && reserved + size > limit;
+            D.c.num_ooms++;
+            D.c.num_oom_rejections += rejected;
+            allocated = D.c.allocated_bytes[0].current;
+        }
         trace(dev, TraceEntry::OOM, reinterpret_cast<void*>(free_b), size, stream, kDefaultPool, nullptr);
         c10::reportOutOfMemoryToProfiler(static_cast<int64_t>(size), static_cast<size_t>(allocated), reserved,
                                          c10::Device(c10::DeviceType::CUDA, dev));
         std::vector<CCA::OutOfMemoryObserver> obs;
+#if GM_TORCH_HAS_OOM_REJECTION_OBSERVER
+        std::vector<CCA::OomRejectionObserver> rej;
+#endif
         {
             std::lock_guard<std::mutex> g(obs_mu_);
             obs = observers_;
+#if GM_TORCH_HAS_OOM_REJECTION_OBSERVER
+            if (rejected) rej = rejection_observers_;
+#endif
         }
-        double frac;
-        {
-            std::lock_guard<std::mutex> g(D.mu);
-            frac = D.fraction;
-        }
-        size_t limit = frac > 0 ? static_cast<size_t>(frac * static_cast<double>(total_b)) : total_b;
+#if GM_TORCH_HAS_OOM_REJECTION_OBSERVER
+        for (auto& o : rej) o(dev, size, reserved, total_b);
+#endif
         for (auto& o : obs) o(dev, size, limit, free_b);
-        using c10::CachingAllocator::format_size;
+        using StatNS::format_size;
         TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate ", format_size(size),
                          ". GPU ", int(dev), " has a total capacity of ", format_size(total_b), " of which ",
                          format_size(free_b), " is free. gpumem (", conf_.empty() ? "defaults" : conf_,
@@ -507,9 +538,9 @@ class GmAllocator final : public CCA::CUDAAllocator {
         {
             std::lock_guard<std::mutex> g(D.mu);
             for_types(b.granted, [&](size_t t) {
-                D.c.allocation[t].decrease(1);
-                D.c.allocated_bytes[t].decrease(b.granted);
-                D.c.requested_bytes[t].decrease(b.size);
+                stat_decrease(D.c.allocation[t], 1);
+                stat_decrease(D.c.allocated_bytes[t], b.granted);
+                stat_decrease(D.c.requested_bytes[t], b.size);
             });
         }
         MempoolId_t pid = b.priv ? b.priv->id : kDefaultPool;
@@ -542,8 +573,8 @@ class GmAllocator final : public CCA::CUDAAllocator {
         {
             std::lock_guard<std::mutex> g(D.mu);
             for_types(b.granted, [&](size_t t) {
-                D.c.active[t].decrease(1);
-                D.c.active_bytes[t].decrease(b.granted);
+                stat_decrease(D.c.active[t], 1);
+                stat_decrease(D.c.active_bytes[t], b.granted);
             });
             if (b.priv) {
                 b.priv->live--;
@@ -597,11 +628,13 @@ class GmAllocator final : public CCA::CUDAAllocator {
     }
     bool initialized() override { return initialized_; }
 
+#if GM_TORCH_HAS_GET_MEMORY_FRACTION
     double getMemoryFraction(DeviceIndex device) override {
         DeviceState& D = dev_state(device);
         std::lock_guard<std::mutex> g(D.mu);
         return D.fraction > 0 ? D.fraction : 1.0;
     }
+#endif
     void setMemoryFraction(double fraction, DeviceIndex device) override {
         TORCH_CHECK(fraction >= 0 && fraction <= 1, "invalid fraction: ", fraction, ". Please set within [0, 1].");
         DeviceState& D = this->device(device);
@@ -611,9 +644,13 @@ class GmAllocator final : public CCA::CUDAAllocator {
         std::lock_guard<std::mutex> g(D.mu);
         D.fraction = fraction;
     }
+#if GM_TORCH_HAS_EXPANDABLE_SEGMENT_SIZES
     std::vector<CCA::StreamSegmentSize> getExpandableSegmentSizes(DeviceIndex) override { return {}; }
+#endif
+#if GM_TORCH_HAS_ENABLE
     void enable(bool value) override { enabled_ = value; }
     bool isEnabled() const override { return enabled_; }
+#endif
 
     void cacheInfo(DeviceIndex dev, size_t* largestBlock) override {
         gm_pool* p = pool_if_made(dev);
@@ -629,6 +666,14 @@ class GmAllocator final : public CCA::CUDAAllocator {
     }
 
     void* getBaseAllocation(void* ptr, size_t* size) override {
+#if !GM_TORCH_HAS_SHARE_IPC_HANDLE
+        // Before 2.5 PyTorch shares a CUDA tensor with another process by cudaIpcGetMemHandle on
+        // this base: that handle would open gpumem's whole segment, and the other process would
+        // read its start, not this block. Refused, as shareIpcHandle refuses since 2.5.
+        (void)ptr;
+        (void)size;
+        TORCH_CHECK(false, kNoIpc);
+#endif
         Shard& sh = shard(ptr);
         std::lock_guard<std::mutex> g(sh.mu);
         auto it = sh.map.find(ptr);
@@ -636,6 +681,18 @@ class GmAllocator final : public CCA::CUDAAllocator {
         if (size) *size = it->second.granted;
         return ptr;
     }
+
+#if GM_TORCH_HAS_CONTEXT_FOR_POINTER
+    // Since 2.12: the stack recorded when the live block at `ptr` was allocated (recordHistory),
+    // nullptr if none was recorded or `ptr` is not a live block's start.
+    std::shared_ptr<c10::GatheredContext> getContextForPointer(const void* ptr) override {
+        void* p = const_cast<void*>(ptr);
+        Shard& sh = shard(p);
+        std::lock_guard<std::mutex> g(sh.mu);
+        auto it = sh.map.find(p);
+        return it == sh.map.end() ? nullptr : it->second.context;
+    }
+#endif
 
     void recordStream(const c10::DataPtr& dp, c10::cuda::CUDAStream stream) override {
         void* p = dp.get();
@@ -657,7 +714,13 @@ class GmAllocator final : public CCA::CUDAAllocator {
         TORCH_CHECK(st == GM_OK, "gpumem: record_stream(", p, "): ", gm_last_error(pool));
     }
 
-    void emptyCache(MempoolId_t mempool_id) override {
+#if GM_TORCH_HAS_EMPTY_CACHE_MEMPOOL
+    void emptyCache(MempoolId_t mempool_id) override { empty_cache(mempool_id); }
+#else
+    void emptyCache() override { empty_cache(kDefaultPool); }
+#endif
+
+    void empty_cache(MempoolId_t mempool_id) {
         if (stream_capturing(c10::cuda::getCurrentCUDAStream().stream())) return;  // not during capture
         for (DeviceIndex d = 0; d < device_count_; d++) {
             DeviceState& D = *devices_[static_cast<size_t>(d)];
@@ -693,6 +756,9 @@ class GmAllocator final : public CCA::CUDAAllocator {
         s.active_bytes = D.c.active_bytes;
         s.requested_bytes = D.c.requested_bytes;
         s.num_ooms = D.c.num_ooms;
+#if GM_TORCH_HAS_NUM_OOM_REJECTIONS
+        s.num_oom_rejections = D.c.num_oom_rejections;
+#endif
         s.max_split_size = -1;  // gpumem splits blocks of any size
         if (gm_pool* p = D.pool.load()) pools.push_back(p);
         for (auto& kv : D.privates)
@@ -728,8 +794,9 @@ class GmAllocator final : public CCA::CUDAAllocator {
     void resetAccumulatedStats(DeviceIndex dev) override {
         DeviceState& D = dev_state(dev);
         std::lock_guard<std::mutex> g(D.mu);
-        for_each_stat(D.c, [](Stat& st) { st.reset_accumulated(); });
+        for_each_stat(D.c, [](Stat& st) { st.allocated = st.freed = 0; });
         D.c.num_ooms = 0;
+        D.c.num_oom_rejections = 0;
         uint64_t retries = 0;
         if (gm_pool* p = D.pool.load()) {
             gm_stats st{};
@@ -741,7 +808,7 @@ class GmAllocator final : public CCA::CUDAAllocator {
     void resetPeakStats(DeviceIndex dev) override {
         DeviceState& D = dev_state(dev);
         std::lock_guard<std::mutex> g(D.mu);
-        for_each_stat(D.c, [](Stat& st) { st.reset_peak(); });
+        for_each_stat(D.c, [](Stat& st) { st.peak = st.current; });
         D.c.segment_peak = 0;
         if (gm_pool* p = D.pool.load()) gm_pool_reset_peaks(p);
         for (auto& kv : D.privates)
@@ -767,7 +834,7 @@ class GmAllocator final : public CCA::CUDAAllocator {
             si.device = dev;
             si.address = sj.u("address");
             si.total_size = sj.u("size");
-            si.stream = reinterpret_cast<void*>(sj.u("stream"));
+            si.stream = reinterpret_cast<decltype(si.stream)>(sj.u("stream"));  // cudaStream_t before 2.11
             si.is_large = sj.s("kind") != "small";
             si.is_expandable = sj.s("segments") == "vmm";
             si.owner_private_pool_id = id;
@@ -806,7 +873,17 @@ class GmAllocator final : public CCA::CUDAAllocator {
         }
     }
 
+#if GM_TORCH_HAS_SNAPSHOT_INCLUDE_TRACES
     CCA::SnapshotInfo snapshot(MempoolId_t mempool_id, bool include_traces) override {
+        return snapshot_of(mempool_id, include_traces);
+    }
+#elif GM_TORCH_HAS_SNAPSHOT_MEMPOOL
+    CCA::SnapshotInfo snapshot(MempoolId_t mempool_id) override { return snapshot_of(mempool_id, true); }
+#else
+    CCA::SnapshotInfo snapshot() override { return snapshot_of(kDefaultPool, true); }
+#endif
+
+    CCA::SnapshotInfo snapshot_of(MempoolId_t mempool_id, bool include_traces) {
         CCA::SnapshotInfo info;
         for (DeviceIndex d = 0; d < device_count_; d++) {
             DeviceState& D = *devices_[static_cast<size_t>(d)];
@@ -860,8 +937,13 @@ class GmAllocator final : public CCA::CUDAAllocator {
     void trace(DeviceIndex dev, TraceEntry::Action a, void* addr, size_t size, cudaStream_t s, MempoolId_t pool,
                std::shared_ptr<c10::GatheredContext> ctx) {
         if (!recording_.load(std::memory_order_relaxed) && !has_trackers_.load(std::memory_order_relaxed)) return;
+#if GM_TORCH_HAS_TRACE_ENTRY_MEMPOOL
         TraceEntry te(a, dev, reinterpret_cast<size_t>(addr), size, s, pool, c10::getApproximateTime(),
                       std::move(ctx));
+#else
+        (void)pool;  // a trace entry names no mempool before 2.8
+        TraceEntry te(a, dev, reinterpret_cast<size_t>(addr), size, s, c10::getApproximateTime(), std::move(ctx));
+#endif
         std::lock_guard<std::mutex> g(trace_mu_);
         for (auto& t : trackers_) t(te);
         if (!recording_.load() || skip_.count(a)) return;
@@ -877,8 +959,27 @@ class GmAllocator final : public CCA::CUDAAllocator {
 
     bool isHistoryEnabled() override { return recording_.load(); }
 
+#if GM_TORCH_HAS_RECORD_HISTORY_SKIP_ACTIONS
     void recordHistory(bool enabled, CCA::CreateContextFn context_recorder, size_t alloc_trace_max_entries,
                        RecordContext when, bool clearHistory, const std::vector<std::string>& skip_actions) override {
+        std::set<TraceEntry::Action> skip;
+        for (auto& name : skip_actions) skip.insert(c10::CachingDeviceAllocator::parseTraceEntryAction(name));
+        record_history(enabled, context_recorder, alloc_trace_max_entries, when, clearHistory, std::move(skip));
+    }
+#elif GM_TORCH_HAS_RECORD_HISTORY_CLEAR
+    void recordHistory(bool enabled, CCA::CreateContextFn context_recorder, size_t alloc_trace_max_entries,
+                       RecordContext when, bool clearHistory) override {
+        record_history(enabled, context_recorder, alloc_trace_max_entries, when, clearHistory, {});
+    }
+#else
+    void recordHistory(bool enabled, CCA::CreateContextFn context_recorder, size_t alloc_trace_max_entries,
+                       RecordContext when) override {
+        record_history(enabled, context_recorder, alloc_trace_max_entries, when, false, {});
+    }
+#endif
+
+    void record_history(bool enabled, CCA::CreateContextFn context_recorder, size_t alloc_trace_max_entries,
+                        RecordContext when, bool clearHistory, std::set<TraceEntry::Action> skip) {
         std::lock_guard<std::mutex> g(trace_mu_);
         recorder_.store(enabled ? context_recorder : nullptr);
         when_.store(enabled ? when : RecordContext::NEVER);
@@ -895,8 +996,7 @@ class GmAllocator final : public CCA::CUDAAllocator {
             }
         }
         max_entries_ = m;
-        skip_.clear();
-        for (auto& name : skip_actions) skip_.insert(c10::CachingDeviceAllocator::parseTraceEntryAction(name));
+        skip_ = std::move(skip);
         recording_.store(enabled);
     }
 
@@ -904,6 +1004,16 @@ class GmAllocator final : public CCA::CUDAAllocator {
         std::lock_guard<std::mutex> g(obs_mu_);
         observers_.push_back(std::move(observer));
     }
+#if GM_TORCH_HAS_OOM_REJECTION_OBSERVER
+    // Since 2.12. PyTorch's allocator calls these when its fraction cap
+    // (set_per_process_memory_fraction) refuses a request before asking the device
+    // (throw_on_cudamalloc_oom); gpumem's cap always refuses that way: fail_alloc calls them for
+    // every request the cap refused, before the out-of-memory error.
+    void attachOomRejectionObserver(CCA::OomRejectionObserver observer) override {
+        std::lock_guard<std::mutex> g(obs_mu_);
+        rejection_observers_.push_back(std::move(observer));
+    }
+#endif
     void attachAllocatorTraceTracker(CCA::AllocatorTraceTracker tracker) override {
         std::lock_guard<std::mutex> g(trace_mu_);
         trackers_.push_back(std::move(tracker));
@@ -961,24 +1071,47 @@ class GmAllocator final : public CCA::CUDAAllocator {
         maybe_retire_locked(D, pp);
     }
 
+#if GM_TORCH_HAS_GET_POOL_USE_COUNT
     int getPoolUseCount(DeviceIndex dev, MempoolId_t id) override {
         DeviceState& D = dev_state(dev);
         std::lock_guard<std::mutex> g(D.mu);
         PrivatePool* pp = private_locked(D, id, false);
         return pp ? pp->use_count : 0;
     }
+#endif
 
-    void createOrIncrefPool(DeviceIndex dev, MempoolId_t id, std::shared_ptr<CCA::CUDAAllocator> allocator) override {
-        TORCH_CHECK(!allocator || allocator.get() == this,
+    // A MemPool's pool: made (empty: its gm pool comes with the first allocation) or one more use.
+    // 2.6-2.7 call it ensureExistsAndIncrefPool; since 2.8 createOrIncrefPool names the MemPool's
+    // allocator (a raw pointer, a shared_ptr since 2.11).
+    void incref_pool(DeviceIndex dev, MempoolId_t id, const CCA::CUDAAllocator* allocator) {
+        TORCH_CHECK(!allocator || allocator == this,
                     "gpumem: torch.cuda.MemPool with an allocator of its own is not supported while gpumem is "
                     "PyTorch's allocator; use MemPool() without one (its memory then comes from gpumem)");
         DeviceState& D = device(dev);
         std::lock_guard<std::mutex> g(D.mu);
         private_locked(D, id, true)->use_count++;
     }
+#if GM_TORCH_HAS_CREATE_OR_INCREF_POOL_SHARED_PTR
+    void createOrIncrefPool(DeviceIndex dev, MempoolId_t id, std::shared_ptr<CCA::CUDAAllocator> allocator) override {
+        incref_pool(dev, id, allocator.get());
+    }
+#elif GM_TORCH_HAS_CREATE_OR_INCREF_POOL
+    void createOrIncrefPool(DeviceIndex dev, MempoolId_t id, CCA::CUDAAllocator* allocator) override {
+        incref_pool(dev, id, allocator);
+    }
+#endif
+#if GM_TORCH_HAS_ENSURE_EXISTS_AND_INCREF_POOL
+    void ensureExistsAndIncrefPool(DeviceIndex dev, MempoolId_t id) override { incref_pool(dev, id, nullptr); }
+#endif
 
+#if GM_TORCH_HAS_SET_USE_ON_OOM_BOOL
     void setUseOnOOM(DeviceIndex, MempoolId_t, bool) override {}  // not honoured (docs/torch.md)
-    void setNoSplit(DeviceIndex, MempoolId_t) override {}         // not honoured (docs/torch.md)
+#elif GM_TORCH_HAS_SET_USE_ON_OOM
+    void setUseOnOOM(DeviceIndex, MempoolId_t) override {}  // not honoured (docs/torch.md)
+#endif
+#if GM_TORCH_HAS_SET_NO_SPLIT
+    void setNoSplit(DeviceIndex, MempoolId_t) override {}  // not honoured (docs/torch.md)
+#endif
 
     bool checkPoolLiveAllocations(DeviceIndex dev, MempoolId_t id, const std::unordered_set<void*>& expected) override {
         DeviceState& D = dev_state(dev);
@@ -1060,9 +1193,9 @@ class GmAllocator final : public CCA::CUDAAllocator {
                     b = std::move(it->second);
                     pp->parked.erase(it);
                     for_types(b->granted, [&](size_t t) {
-                        D.c.allocation[t].increase(1);
-                        D.c.allocated_bytes[t].increase(b->granted);
-                        D.c.requested_bytes[t].increase(b->size);
+                        stat_increase(D.c.allocation[t], 1);
+                        stat_increase(D.c.allocated_bytes[t], b->granted);
+                        stat_increase(D.c.requested_bytes[t], b->size);
                     });
                 }
             }
@@ -1098,12 +1231,13 @@ class GmAllocator final : public CCA::CUDAAllocator {
         return cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream);
     }
 
-    CCA::ShareableHandle shareIpcHandle(void*) override {
-        TORCH_CHECK(false,
-                    "gpumem: sharing CUDA tensors with other processes (torch.multiprocessing, IPC handles) is not "
-                    "supported by the gpumem backend; keep such tensors on PyTorch's allocator in that process, or "
-                    "share host tensors");
-    }
+#if GM_TORCH_HAS_SHARE_IPC_HANDLE
+    CCA::ShareableHandle shareIpcHandle(void*) override { TORCH_CHECK(false, kNoIpc); }
+#endif
+    static constexpr const char* kNoIpc =
+        "gpumem: sharing CUDA tensors with other processes (torch.multiprocessing, IPC handles) is not "
+        "supported by the gpumem backend; keep such tensors on PyTorch's allocator in that process, or "
+        "share host tensors";
     std::shared_ptr<void> getIpcDevPtr(std::string) override {
         TORCH_CHECK(false,
                     "gpumem: opening CUDA tensors of other processes (torch.multiprocessing, IPC handles) is not "
@@ -1151,6 +1285,9 @@ class GmAllocator final : public CCA::CUDAAllocator {
 
     std::mutex obs_mu_;
     std::vector<CCA::OutOfMemoryObserver> observers_;
+#if GM_TORCH_HAS_OOM_REJECTION_OBSERVER
+    std::vector<CCA::OomRejectionObserver> rejection_observers_;
+#endif
 
     std::atomic<bool> trace_stopped_{false};  // trace_stop() ran: new pools do not trace
     std::mutex trace_mu_;  // the rings, skip_, trackers_, converter_, max_entries_

@@ -21,8 +21,9 @@ give gpumem's own view.
 import json
 import os
 
-__all__ = ["enable", "enabled", "stats", "snapshot", "summary", "trim", "trace_stop", "last_error",
-           "sleep", "wake", "sleep_stats", "tag", "GpumemError", "DEFAULT_CONF", "effective_conf"]
+__all__ = ["enable", "enabled", "build_info", "stats", "snapshot", "summary", "trim", "trace_stop",
+           "last_error", "sleep", "wake", "sleep_stats", "tag", "GpumemError", "DEFAULT_CONF",
+           "effective_conf"]
 
 # The backend's settings before the user's (docs/torch.md, "Which settings"): VMM segments where
 # the device has them, blocks placed on mapped pages first, no size cache, old mappings unmapped
@@ -44,10 +45,37 @@ def _ext():
     try:
         from . import _C
     except ImportError as e:
-        raise GpumemError(
-            "gpumem.torch._C is not built (%s). Build it with `pip install --no-build-isolation .` "
-            "from the gpumem checkout, with torch installed (docs/torch.md)." % e) from e
+        raise GpumemError(_not_built_message(e)) from e
     return _C
+
+
+def build_info():
+    """What setup.py recorded about gpumem.torch._C when gpumem was installed: {"built",
+    "torch" (the version it saw), "supported", "reason" (why it was not built)}; None when
+    this copy of gpumem was not installed by setup.py."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_build_info.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _not_built_message(err):
+    import torch
+    info = build_info() or {}
+    supported = info.get("supported") or "PyTorch 2.4 to 2.15"
+    now = getattr(torch, "__version__", "?")
+    redo = ("pip install --no-build-isolation --force-reinstall --no-deps . from the gpumem checkout")
+    if info.get("built"):
+        return ("gpumem.torch._C was built against torch %s but does not load with torch %s (%s): "
+                "reinstall gpumem with this torch (%s)" % (info.get("torch"), now, err, redo))
+    if info.get("reason"):
+        return ("gpumem.torch has no PyTorch backend: it was not built when gpumem was installed: "
+                "%s. It needs %s (torch %s is installed now) and the CUDA toolkit whose major "
+                "version matches torch's; then %s (docs/torch.md)." % (info["reason"], supported, now, redo))
+    return ("gpumem.torch._C is not built (%s). It needs %s and the CUDA toolkit; build it with "
+            "`pip install --no-build-isolation .` from the gpumem checkout (docs/torch.md)." % (err, supported))
 
 
 def effective_conf(conf=None):
