@@ -44,13 +44,13 @@ for name in $(echo "$ANCHORS" | awk '{print $1}'); do
     # shellcheck disable=SC2046 # three words: the trace's anchors
     set -- $(echo "$ANCHORS" | awk -v n="$name" '$1 == n {print $2, $3, $4}')
     json="$BUILD/reports/$name.json"
-    "$GPUMEM" replay --no-progress --json --html "$BUILD/reports/$name.html" \
+    "$GPUMEM" replay --no-progress --allow-oom --json --html "$BUILD/reports/$name.html" \
         "$ROOT/traces/$name.csv.gz" >"$json" 2>"$BUILD/reports/$name.log" ||
         { cat "$BUILD/reports/$name.log" >&2; exit 1; }
     for mode in vmm backend; do
         if [ $mode = vmm ]; then args=$VMM_ARGS; else args=$BACKEND_ARGS; fi
         # shellcheck disable=SC2086 # the mode's options are words
-        "$GPUMEM" replay --no-progress --json $args "$ROOT/traces/$name.csv.gz" \
+        "$GPUMEM" replay --no-progress --allow-oom --json $args "$ROOT/traces/$name.csv.gz" \
             >"$BUILD/reports/$name.$mode.json" 2>"$BUILD/reports/$name.log" ||
             { cat "$BUILD/reports/$name.log" >&2; exit 1; }
     done

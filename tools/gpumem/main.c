@@ -3,7 +3,8 @@
  *
  * Options may come before or after the trace paths, as `--opt VALUE` or `--opt=VALUE`; `--`
  * ends them. Exit codes: 0 done, 1 runtime error (bad trace under --strict, no device, pool
- * failure), 2 usage error (bad option or value; a config the pool rejects).
+ * failure), 2 usage error (bad option or value; a config the pool rejects), 3 replay done but
+ * allocations failed with out-of-memory (its figures cover part of the trace; --allow-oom: 0).
  */
 #include "cli.h"
 
@@ -44,6 +45,8 @@ static const char REPLAY_USAGE[] =
     "                       with no out-of-memory (bisection over timed replays, to 2 MiB),\n"
     "                       reported as a multiple of peak live\n"
     "  --summary            also print the pool's gm_pool_summary table at peak live\n"
+    "  --allow-oom          exit 0 even when allocations failed with out-of-memory (the\n"
+    "                       report flags its headline INCOMPLETE either way; default: exit 3)\n"
     "  --strict             stop at the first bad trace line or unsatisfiable allocation\n"
     "  --check              run gm_pool_check at every timeline sample (slow; for debugging)\n"
     "  --no-progress        no progress bar (drawn on a terminal for traces over 100k ops)\n"
@@ -114,6 +117,8 @@ static int flag_option(const char *a, unsigned accepted, cli_options *o)
         return o->no_progress = 1;
     if ((accepted & OPT_DEFRAG) && strcmp(a, "--min-budget") == 0) /* replay only */
         return o->min_budget = 1;
+    if ((accepted & OPT_DEFRAG) && strcmp(a, "--allow-oom") == 0) /* replay only */
+        return o->allow_oom = 1;
     return 0;
 }
 
@@ -355,6 +360,15 @@ int cmd_replay(int argc, char **argv)
     }
     if (rc == EXIT_OK_)
         rc = write_outputs(&o, traces, results, o.n_paths);
+    for (size_t i = 0; rc == EXIT_OK_ && i < o.n_paths; i++)
+        if (results[i].oom_count && !o.allow_oom) /* a partial replay is not a result */
+            rc = EXIT_OOM;
+    for (size_t i = 0; rc == EXIT_OOM && i < o.n_paths; i++)
+        if (results[i].oom_count)
+            fprintf(stderr, "gpumem: %s: %llu allocation%s failed with out-of-memory: the "
+                    "report covers only the rest (exit 3; --allow-oom: exit 0)\n",
+                    traces[i].path, (unsigned long long)results[i].oom_count,
+                    results[i].oom_count == 1 ? "" : "s");
     for (size_t i = 0; i < done && traces && results; i++) {
         trace_free(&traces[i]);
         replay_result_free(&results[i]);
