@@ -243,14 +243,20 @@ typedef struct cli_options {
     int device_given;  /* --device was on the command line */
     int min_budget;    /* replay only: --min-budget */
     int allow_oom;     /* replay only: --allow-oom (exit 0 when allocations failed) */
+    double memory_tolerance; /* compare only: --memory-tolerance (the recommendation's) */
 } cli_options;
 
 /* Which options a subcommand accepts: --backend, --device and --set; --strategy and --segments; --json;
  * --html; --strict, --check, --no-progress and trace paths; --movable, --defrag and
- * --defrag-gap. */
+ * --defrag-gap (and replay's other own options); --memory-tolerance. */
 enum {
-    OPT_DEVICE = 1, OPT_POOL = 2, OPT_JSON = 4, OPT_HTML = 8, OPT_TRACE = 16, OPT_DEFRAG = 32
+    OPT_DEVICE = 1, OPT_POOL = 2, OPT_JSON = 4, OPT_HTML = 8, OPT_TRACE = 16, OPT_DEFRAG = 32,
+    OPT_COMPARE = 64
 };
+
+/* compare's default --memory-tolerance: rows within 5 % of the lowest reserved/live compete on
+ * device time. */
+#define MEMORY_TOLERANCE_DEFAULT 0.05
 
 /* Parse argv (after the subcommand name). Returns -1 when it parsed, or an exit code to return
  * now (EXIT_OK_ after --help, EXIT_USAGE with a message printed). */

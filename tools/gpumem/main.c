@@ -155,6 +155,25 @@ static int defrag_option(int argc, char **argv, int *i, const char *command, cli
     return 0;
 }
 
+/* compare's --memory-tolerance FRACTION. Returns 1 if consumed, 0 if not it, or an exit code + 2
+ * on error. */
+static int tolerance_option(int argc, char **argv, int *i, const char *command, cli_options *o)
+{
+    int missing = 0;
+    const char *v = option_value(argc, argv, i, "--memory-tolerance", &missing);
+    if (missing)
+        return 2 + usage_error(command, "%s needs a value", "--memory-tolerance");
+    if (!v)
+        return 0;
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x >= 0 && x <= 10))
+        return 2 + usage_error(command, "--memory-tolerance: \"%s\" is not a fraction from 0 "
+                               "to 10 (0.05 = within 5 %% of the lowest reserved/live)", v);
+    o->memory_tolerance = x;
+    return 1;
+}
+
 /* A value option. Returns 1 if consumed, 0 if not this kind, or an exit code + 2 on error. */
 static int value_option(int argc, char **argv, int *i, unsigned accepted, const char *command,
                         cli_options *o)
@@ -210,6 +229,7 @@ int cli_parse(int argc, char **argv, const char *command, unsigned accepted, con
               cli_options *o)
 {
     memset(o, 0, sizeof *o);
+    o->memory_tolerance = MEMORY_TOLERANCE_DEFAULT;
     o->paths = calloc((size_t)argc + 1, sizeof *o->paths);
     if (!o->paths)
         return EXIT_RUNTIME;
@@ -230,6 +250,8 @@ int cli_parse(int argc, char **argv, const char *command, unsigned accepted, con
             int rc = value_option(argc, argv, &i, accepted, command, o);
             if (rc == 0 && (accepted & OPT_DEFRAG))
                 rc = defrag_option(argc, argv, &i, command, o);
+            if (rc == 0 && (accepted & OPT_COMPARE))
+                rc = tolerance_option(argc, argv, &i, command, o);
             if (rc >= 2)
                 return rc - 2;
             if (rc == 1)
