@@ -37,6 +37,7 @@ static const char COMPARE_USAGE[] =
     "\n"
     "options:\n"
     "  --backend sim|cuda   device to replay on (default sim)\n"
+    "  --device N           which device of the machine (default 0)\n"
     "  --strategy NAME      the strategy of the release-policy and design rows (same as\n"
     "                       --set strategy=NAME; the strategy rows try every one)\n"
     "  --segments plain|vmm|auto  only the rows of this segment mode (default: plain and vmm)\n"
