@@ -25,8 +25,18 @@ $(BUILD)/CMakeCache.txt: | deps
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
-	./tools/make_run.sh $(BUILD)
+# Quiet: the build's output goes to $(BUILD)/build.log and is shown only when the build fails, so
+# the report is what `make run` prints. Only the tool is built (what the report needs).
+run: | deps
+	@mkdir -p $(BUILD)
+	@if { [ -f $(BUILD)/CMakeCache.txt ] || \
+	      cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILDTYPE) $(CMAKE_FLAGS); } \
+	      >$(BUILD)/build.log 2>&1 && \
+	    cmake --build $(BUILD) -j $(JOBS) --target gpumem -- --no-print-directory \
+	      >>$(BUILD)/build.log 2>&1; then \
+	    echo "built $(BUILD)/tools/gpumem/gpumem (build output: $(BUILD)/build.log)"; \
+	else cat $(BUILD)/build.log; echo "make run: the build failed; its output is above and in $(BUILD)/build.log" >&2; exit 1; fi
+	@./tools/make_run.sh $(BUILD)
 
 test: build
 	@./tools/install_deps.sh test

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The command line's handling of awkward input and its output details (issue 20): gzip that
+# The command line's handling of awkward input and its output details: gzip that
 # yields no data, a Time that is not a number, a file name that is not UTF-8, --html into a
 # folder that does not exist, `replay -` (standard input), `compare --strategy / --segments`,
 # a line over 2 MiB, null streams in the snapshot, the JSON schema version, --version in --help.
