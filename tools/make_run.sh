@@ -1,10 +1,11 @@
 #!/bin/sh
-# `make run` (after a quiet build: Makefile): replay the six bundled traces (traces/*.csv.gz) on the simulated H200 with the
-# default configuration (plain segments), with VMM pages, and with the PyTorch backend's VMM
-# placement; print reserved/live beside PyTorch's (measured on an H200: docs/anchors.md; copied
-# below as data), what each mode's memory costs in device calls and their time on the H200
-# cost model, gpumem's host time on this machine on its own, and write an HTML report per
-# trace (default configuration) under BUILD_DIR/reports/.
+# `make run` (after a quiet build: Makefile): replay the six bundled traces (traces/*.csv.gz)
+# on the simulated H200 with the default configuration (plain segments), with VMM pages, and
+# with the PyTorch backend's VMM placement; print reserved/live beside PyTorch's (measured on
+# an H200: docs/anchors.md; copied below as data), what each mode's memory costs in device
+# calls and their time on the H200 cost model, gpumem's host time on this machine on its own,
+# each table with a legend line, and write an HTML report per trace (default configuration)
+# under BUILD_DIR/reports/.
 # Needs only what the build needs (sh, awk and the gpumem binary): no Python, no browser.
 # usage: tools/make_run.sh BUILD_DIR
 set -eu
@@ -78,7 +79,8 @@ for name in $(echo "$ANCHORS" | awk '{print $1}'); do
 done
 echo "legend: plain = the defaults, vmm = --segments vmm, backend = vmm + cache_disable=1" \
     "vmm_mapped_first=1 (the PyTorch backend's placement); OOM = allocations failed in the three"
-[ "$OOMS" -eq 0 ] || echo "WARNING: $OOMS allocations failed: those rows count only the rest (reports/*.json)"
+[ "$OOMS" -eq 0 ] ||
+    echo "WARNING: $OOMS allocations failed: those rows count only the rest (reports/*.json)"
 echo
 echo "what the memory costs, per mode"
 printf '%-14s %19s %20s %20s\n' "" plain vmm backend
@@ -89,8 +91,8 @@ echo "legend: calls/1k = device calls that reserve, create, map, unmap or releas
 echo
 echo "gpumem host time on this machine"
 printf '%s' "$TIMES"
-echo "legend: ns/op = median host time per gm_alloc/gm_free over the timed passes (fastest-slowest" \
-    "pass in brackets), simulated device"
+echo "legend: ns/op = median host time per gm_alloc/gm_free over the timed passes" \
+    "(fastest-slowest pass in brackets), simulated device"
 echo
 echo "PyTorch's figures: torch_replay.py's replays of the first three traces on an H200, the"
 echo "recording runs themselves for the last three. README.md's PyTorch figures come from other"
