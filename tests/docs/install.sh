@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installing gpumem into a prefix of one's own, as README.md's "Install" says: then the README's
 # example builds with pkg-config from that prefix and runs WITHOUT LD_LIBRARY_PATH (the .pc file
-# adds an rpath for a prefix outside the system's library folders), the installed library and
+# adds an rpath for a prefix outside the system's library folders), builds with
+# find_package(gpumem) and runs too, the installed library and
 # tool carry an $ORIGIN-relative rpath, and the installed `gpumem` runs (--version, info).
 # Before, the program failed with "libgpumem.so.0: cannot open shared object file".
 # usage: install.sh BUILD_DIR SOURCE_DIR CC [CFLAGS] (the library's sanitizer flags, if any)
@@ -35,6 +36,25 @@ fi
 # It runs on the installed shared library, not on one found elsewhere.
 env -u LD_LIBRARY_PATH ldd "$T/example" | grep -q "libgpumem.so.0 => $T/prefix/" ||
     fail "the example does not load libgpumem.so.0 from the prefix: $(ldd "$T/example" | grep gpumem)"
+
+# The same example through find_package(gpumem) from the prefix (CMAKE_PREFIX_PATH).
+mkdir -p "$T/app"
+cp "$T/example.c" "$T/app/app.c"
+cat >"$T/app/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.25)
+project(app C)
+find_package(gpumem REQUIRED)
+add_executable(app app.c)
+target_link_libraries(app gpumem::gpumem)
+CM
+if cmake -S "$T/app" -B "$T/app/build" -DCMAKE_PREFIX_PATH="$T/prefix" -DCMAKE_C_COMPILER="$CC" \
+        -DCMAKE_C_FLAGS="$CFLAGS" >"$T/app.log" 2>&1 &&
+    cmake --build "$T/app/build" >>"$T/app.log" 2>&1; then
+    env -u LD_LIBRARY_PATH "$T/app/build/app" | grep -q "peak reserved" ||
+        fail "the find_package build of the example does not run"
+else
+    fail "find_package(gpumem) from the prefix: $(tail -5 "$T/app.log")"
+fi
 
 # $ORIGIN-relative rpaths on the installed library and tool.
 lib=$(find "$T/prefix" -name 'libgpumem.so.0*' -type f | head -1)
