@@ -11,6 +11,7 @@ BUILDTYPE ?= RelWithDebInfo
 JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 60
+PREFIX    ?=
 
 .PHONY: all build run test sanitize tsan debug3 fuzz bench deps clean install
 
@@ -25,8 +26,20 @@ $(BUILD)/CMakeCache.txt: | deps
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
-	./tools/make_run.sh $(BUILD)
+# Quiet: the build's output goes to $(BUILD)/build.log and is shown only when the build fails, so
+# the report is what `make run` prints. Only the tool is built (what the report needs).
+run: | deps
+	@mkdir -p $(BUILD)
+	@if { [ -f $(BUILD)/CMakeCache.txt ] || \
+	      cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILDTYPE) $(CMAKE_FLAGS); } \
+	      >$(BUILD)/build.log 2>&1 && \
+	    cmake --build $(BUILD) -j $(JOBS) --target gpumem -- --no-print-directory \
+	      >>$(BUILD)/build.log 2>&1; then \
+	    echo "built $(BUILD)/tools/gpumem/gpumem (build output: $(BUILD)/build.log)"; \
+	else cat $(BUILD)/build.log; \
+	    echo "make run: the build failed; its output is above and in $(BUILD)/build.log" >&2; \
+	    exit 1; fi
+	@./tools/make_run.sh $(BUILD)
 
 test: build
 	@./tools/install_deps.sh test
@@ -62,8 +75,10 @@ fuzz: deps
 bench: build
 	./bench/run_all.sh $(BUILD)
 
+# make install: into /usr/local (CMake's default; ldconfig is run when root), or into
+# PREFIX=DIR: the library, header, gpumem tool, CMake package and gpumem.pc (docs: README.md).
 install: build
-	cmake --install $(BUILD)
+	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX))
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-debug3 $(BUILD)-fuzz

@@ -1,10 +1,11 @@
 #!/bin/sh
-# `make run`: replay the six bundled traces (traces/*.csv.gz) on the simulated H200 with the
-# default configuration (plain segments), with VMM pages, and with the PyTorch backend's VMM
-# placement; print reserved/live beside PyTorch's (measured on an H200: docs/anchors.md; copied
-# below as data), what each mode's memory costs in device calls and their time on the H200
-# cost model, gpumem's host time on this machine on its own, and write an HTML report per
-# trace (default configuration) under BUILD_DIR/reports/.
+# `make run` (after a quiet build: Makefile): replay the six bundled traces (traces/*.csv.gz)
+# on the simulated H200 with the default configuration (plain segments), with VMM pages, and
+# with the PyTorch backend's VMM placement; print reserved/live beside PyTorch's (measured on
+# an H200: docs/anchors.md; copied below as data), what each mode's memory costs in device
+# calls and their time on the H200 cost model, gpumem's host time on this machine on its own,
+# each table with a legend line, and write an HTML report per trace (default configuration)
+# under BUILD_DIR/reports/.
 # Needs only what the build needs (sh, awk and the gpumem binary): no Python, no browser.
 # usage: tools/make_run.sh BUILD_DIR
 set -eu
@@ -15,8 +16,10 @@ GPUMEM=$BUILD/tools/gpumem/gpumem
 mkdir -p "$BUILD/reports"
 
 # trace, then PyTorch's reserved/live on the H200: default, expandable_segments, cudaMallocAsync.
-# The last three (dyn_encoder, side_prefetch, comm_overlap; the two last on two streams) were
-# measured in the recording runs themselves (docs/anchors.md); cudaMallocAsync was not run there.
+# The first three are torch_replay.py's replays of the traces; the last three (dyn_encoder,
+# side_prefetch, comm_overlap; the two last on two streams) were measured in the recording runs
+# themselves (docs/anchors.md); cudaMallocAsync was not run there. README.md's PyTorch figures
+# are other runs: live workloads through the PyTorch backend (docs/torch.md, "Enable").
 ANCHORS='gpt2_train 1.088 1.079 1.016
 resnet_train 1.616 1.004 1.010
 gpt2_generate 1.265 1.118 1.289
@@ -35,27 +38,30 @@ member() { # member JSON_FILE KEY
 VMM_ARGS="--segments vmm"
 BACKEND_ARGS="--segments vmm --set cache_disable=1 --set vmm_mapped_first=1"
 
-echo "reserved / live: peak reserved / peak live (lower is better; 1.000 wastes nothing)"
+echo "reserved / live = peak reserved / peak live (lower is better; 1.000 wastes nothing)"
 printf '%-14s %-27s | %-46s\n' "" "gpumem on the sim" "PyTorch on an H200 (docs/anchors.md)"
 printf '%-14s %6s %4s %6s %8s | %-10s %-20s %-15s\n' trace plain OOM vmm backend default \
     expandable_segments cudaMallocAsync
-TIMES="" CALLS=""
+TIMES="" CALLS="" OOMS=0
 for name in $(echo "$ANCHORS" | awk '{print $1}'); do
     # shellcheck disable=SC2046 # three words: the trace's anchors
     set -- $(echo "$ANCHORS" | awk -v n="$name" '$1 == n {print $2, $3, $4}')
     json="$BUILD/reports/$name.json"
-    "$GPUMEM" replay --no-progress --json --html "$BUILD/reports/$name.html" \
+    "$GPUMEM" replay --no-progress --allow-oom --json --html "$BUILD/reports/$name.html" \
         "$ROOT/traces/$name.csv.gz" >"$json" 2>"$BUILD/reports/$name.log" ||
         { cat "$BUILD/reports/$name.log" >&2; exit 1; }
     for mode in vmm backend; do
         if [ $mode = vmm ]; then args=$VMM_ARGS; else args=$BACKEND_ARGS; fi
         # shellcheck disable=SC2086 # the mode's options are words
-        "$GPUMEM" replay --no-progress --json $args "$ROOT/traces/$name.csv.gz" \
+        "$GPUMEM" replay --no-progress --allow-oom --json $args "$ROOT/traces/$name.csv.gz" \
             >"$BUILD/reports/$name.$mode.json" 2>"$BUILD/reports/$name.log" ||
             { cat "$BUILD/reports/$name.log" >&2; exit 1; }
     done
+    oom=$(($(member "$json" oom_count) + $(member "$BUILD/reports/$name.vmm.json" oom_count) +
+        $(member "$BUILD/reports/$name.backend.json" oom_count)))
+    OOMS=$((OOMS + oom))
     printf '%-14s %6.3f %4s %6.3f %8.3f | %-10s %-20s %-15s\n' "$name" \
-        "$(member "$json" reserved_over_live)" "$(member "$json" oom_count)" \
+        "$(member "$json" reserved_over_live)" "$oom" \
         "$(member "$BUILD/reports/$name.vmm.json" reserved_over_live)" \
         "$(member "$BUILD/reports/$name.backend.json" reserved_over_live)" "$1" "$2" "$3"
     row=$(printf '%-14s' "$name")
@@ -71,19 +77,27 @@ for name in $(echo "$ANCHORS" | awk '{print $1}'); do
         "$(member "$json" ns_per_op_max)" "$(member "$json" timed_passes)")
 "
 done
-echo "(plain: the default; vmm: --segments vmm; backend: what the PyTorch backend places on a"
-echo "device with VMM, --segments vmm --set cache_disable=1 --set vmm_mapped_first=1)"
+echo "legend: plain = the defaults, vmm = --segments vmm, backend = vmm + cache_disable=1" \
+    "vmm_mapped_first=1 (the PyTorch backend's placement); OOM = allocations failed in the three"
+[ "$OOMS" -eq 0 ] ||
+    echo "WARNING: $OOMS allocations failed: those rows count only the rest (reports/*.json)"
 echo
-echo "what the memory costs: device calls that reserve, create, map, unmap or release memory per"
-echo "1,000 operations, and their time on the simulated H200 (its cost model: docs/backends.md)"
+echo "what the memory costs, per mode"
 printf '%-14s %19s %20s %20s\n' "" plain vmm backend
 printf '%-14s %8s %10s %8s %10s %8s %10s\n' trace calls/1k device calls/1k device calls/1k device
 printf '%s' "$CALLS"
+echo "legend: calls/1k = device calls that reserve, create, map, unmap or release memory per" \
+    "1,000 operations; device = their time on the simulated H200's cost model"
 echo
-echo "gpumem host time on this machine (simulated device: gm_alloc/gm_free only, median):"
+echo "gpumem host time on this machine"
 printf '%s' "$TIMES"
+echo "legend: ns/op = median host time per gm_alloc/gm_free over the timed passes" \
+    "(fastest-slowest pass in brackets), simulated device"
 echo
-echo "These host times are not comparable with PyTorch's: they come from this CPU with no device"
+echo "PyTorch's figures: torch_replay.py's replays of the first three traces on an H200, the"
+echo "recording runs themselves for the last three. README.md's PyTorch figures come from other"
+echo "runs: live workloads through the PyTorch backend beside PyTorch's allocators (docs/torch.md)."
+echo "The host times are not comparable with PyTorch's: they come from this CPU with no device"
 echo "calls in them. Speed is compared only in the same run on a GPU (bench/gpu_replay.sh,"
 echo "bench/vmm_gpu.sh; docs/benchmarks.md has the H200 figures: VMM's calls make its replays"
 echo "1.0-6.6x PyTorch default's time where plain segments take 0.11-0.21x)."

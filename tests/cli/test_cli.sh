@@ -82,8 +82,8 @@ else ok; fi
 run 1 replay --html "$T/no/such/dir/r.html" "$good"; has "$T/err" "cannot write"
 
 # --- bad traces: each kind, counted without --strict, fatal with it ---------------------------
-bad_case() { # bad_case NAME JSON-KEY LINE FILE
-    run 0 replay --json "$4"
+bad_case() { # bad_case NAME JSON-KEY LINE FILE [EXIT: 3 for out-of-memory failures]
+    run "${5:-0}" replay --json "$4"
     json "$T/out" "d['bad_input']['$2'] == 1"
     has "$T/err" "$(basename "$4"):$3:"
     run 1 replay --strict "$4"
@@ -99,8 +99,8 @@ bad_case double double_allocates 3 "$T/double.csv"
 # 1 TiB cannot be had on the default simulated H200 (141 GiB).
 printf '%s\n1,0,allocate,0x1000,64,0x0\n1,0,allocate,0x2000,1099511627776,0x0\n1,0,free,0x2000,1099511627776,0x0\n' \
     "$H" >"$T/huge.csv"
-bad_case huge unsatisfiable_allocates 3 "$T/huge.csv"
-run 0 replay --json "$T/huge.csv"
+bad_case huge unsatisfiable_allocates 3 "$T/huge.csv" 3
+run 0 replay --json --allow-oom "$T/huge.csv"
 json "$T/out" "d['oom_count'] == 1 and d['frees_skipped'] == 1 and d['first_oom_line'] == 3"
 # Truncated gzip: cut a real trace's compressed bytes.
 head -c 60000 "$SRC/traces/resnet_train.csv.gz" >"$T/cut.csv.gz"

@@ -1,9 +1,9 @@
 #!/bin/sh
-# The command line's handling of awkward input and its output details (issue 20): gzip that
-# yields no data or is followed by bytes that are not gzip, a Time that is not a number, a file
-# name that is not UTF-8, --html into a folder that does not exist, `replay -` (standard input),
-# `compare --strategy / --segments`, a line over 2 MiB, null streams in the snapshot, the JSON
-# schema version, --version in --help.
+# The command line's handling of awkward input and its output details: gzip that yields no data
+# or is followed by bytes that are not gzip, a Time that is not a number, a file name that is not
+# UTF-8, --html into a folder that does not exist, `replay -` (standard input), `compare
+# --strategy / --segments`, a line over 2 MiB, null streams in the snapshot, the JSON schema
+# version, --version in --help.
 # usage: test_cli_input.sh GPUMEM_BINARY SOURCE_DIR
 . "$(dirname "$0")/cli_lib.sh" # $GPUMEM, $SRC, $T and the checks
 H='Thread,Time,Action,Pointer,Size,Stream'

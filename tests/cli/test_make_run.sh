@@ -1,6 +1,7 @@
 #!/bin/sh
-# `make run`'s report (tools/make_run.sh): a row per bundled trace in both tables, each mode's
-# figures the same as `gpumem replay --json` gives for that mode, and an HTML report per trace.
+# `make run`'s report (tools/make_run.sh): a row per bundled trace in each table, each mode's
+# figures the same as `gpumem replay --json` gives for that mode, a legend under each table that
+# says what its columns mean, and an HTML report per trace.
 # usage: test_make_run.sh GPUMEM_BINARY SOURCE_DIR
 . "$(dirname "$0")/cli_lib.sh" # $GPUMEM, $SRC, $T and the checks
 
@@ -22,6 +23,21 @@ for f in "$SRC"/traces/*.csv.gz; do
     if [ -s "$T/build/reports/$name.html" ]; then ok; else bad "$name: no HTML report"; fi
 done
 
+# A legend under each of the three tables, naming its columns.
+if [ "$(grep -c '^legend: ' "$T/report")" -eq 3 ]; then ok; else bad "not 3 legend lines"; fi
+grep '^legend: ' "$T/report" >"$T/legends"
+for column in "plain =" "vmm =" "backend =" "OOM =" "calls/1k =" "device =" "ns/op ="; do
+    has "$T/legends" "$column"
+done
+# Each legend follows its table: the line after the last trace row of the table.
+for n in 1 2 3; do
+    prev=$(grep -B1 '^legend: ' "$T/report" | grep -v '^legend: ' | grep -v '^--' | sed -n "${n}p")
+    case $prev in
+    comm_overlap\ *) ok ;;
+    *) bad "legend $n does not follow its table's last row: \"$prev\"" ;;
+    esac
+done
+
 # One trace's row against the replay's own JSON, mode by mode: reserved/live to 3 decimals,
 # memory calls per 1,000 operations to 2, the simulated device time to 0.1 ms.
 name=side_prefetch
@@ -37,6 +53,7 @@ c = sum(d["device_calls"][k] for k in ("mem_alloc", "mem_free", "va_reserve", "v
 assert d["memory_calls"] == c, (d["memory_calls"], c)  # the report sums those kinds
 print("%.3f %.2f %.1f" % (d["reserved_over_live"], 1000 * c / d["ops"], d["device_time_ns"] / 1e6))' \
         "$T/out")
+    ooms=$((${ooms:-0} + $(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["oom_count"])' "$T/out")))
     # reserved/live: columns 2 (plain), 4 (vmm), 5 (backend) of the first table's row
     got_rl=$(awk -v n="$name" -v i="$i" '$1 == n && $6 == "|" { print (i == 1 ? $2 : i == 2 ? $4 : $5); exit }' "$T/report")
     # calls and time: the second table's row (the one with "ms")
@@ -45,6 +62,10 @@ print("%.3f %.2f %.1f" % (d["reserved_over_live"], 1000 * c / d["ops"], d["devic
         bad "$name mode $i: report \"$got_rl $got_calls\", replay \"$want\""
     fi
 done
+
+# OOM: the failed allocations of the three replays
+got_oom=$(awk -v n="$name" '$1 == n && $6 == "|" { print $3; exit }' "$T/report")
+if [ "$got_oom" = "$ooms" ]; then ok; else bad "$name: OOM column \"$got_oom\", replays $ooms"; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -19,8 +19,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Exit codes of the tool (docs/cli.md). */
-enum { EXIT_OK_ = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+/* Exit codes of the tool (docs/cli.md). EXIT_OOM: the replay ran and reported, but allocations
+ * failed with out-of-memory, so its figures cover only part of the trace (--allow-oom: 0). */
+enum { EXIT_OK_ = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_OOM = 3 };
 
 /* ---- trace.c --------------------------------------------------------------------------- */
 
@@ -202,6 +203,9 @@ typedef struct replay_result {
 int replay_run(const trace *t, const replay_options *o, replay_result *r, char *err,
                size_t errlen);
 void replay_result_free(replay_result *r);
+/* When allocations failed with out-of-memory, the note that flags the report's headline
+ * ("INCOMPLETE: 678 allocations failed with out-of-memory; ...") in buf, and 1; else 0. */
+int replay_incomplete_note(const replay_result *r, char *buf, size_t n);
 /* calloc, with one byte of every page written: the page faults of a large table (calloc gives
  * untouched zero pages) come before a timed loop, not inside it, as with torch_replay.py's
  * pointer table, which is written when it is made. */
@@ -245,14 +249,21 @@ typedef struct cli_options {
     double defrag_gap;
     int device_given;  /* --device was on the command line */
     int min_budget;    /* replay only: --min-budget */
+    int allow_oom;     /* replay only: --allow-oom (exit 0 when allocations failed) */
+    double memory_tolerance; /* compare only: --memory-tolerance (the recommendation's) */
 } cli_options;
 
 /* Which options a subcommand accepts: --backend, --device and --set; --strategy and --segments; --json;
  * --html; --strict, --check, --no-progress and trace paths; --movable, --defrag and
- * --defrag-gap. */
+ * --defrag-gap (and replay's other own options); --memory-tolerance. */
 enum {
-    OPT_DEVICE = 1, OPT_POOL = 2, OPT_JSON = 4, OPT_HTML = 8, OPT_TRACE = 16, OPT_DEFRAG = 32
+    OPT_DEVICE = 1, OPT_POOL = 2, OPT_JSON = 4, OPT_HTML = 8, OPT_TRACE = 16, OPT_DEFRAG = 32,
+    OPT_COMPARE = 64
 };
+
+/* compare's default --memory-tolerance: rows within 5 % of the lowest reserved/live compete on
+ * device time. */
+#define MEMORY_TOLERANCE_DEFAULT 0.05
 
 /* Parse argv (after the subcommand name). Returns -1 when it parsed, or an exit code to return
  * now (EXIT_OK_ after --help, EXIT_USAGE with a message printed). */

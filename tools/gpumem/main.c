@@ -3,7 +3,8 @@
  *
  * Options may come before or after the trace paths, as `--opt VALUE` or `--opt=VALUE`; `--`
  * ends them. Exit codes: 0 done, 1 runtime error (bad trace under --strict, no device, pool
- * failure), 2 usage error (bad option or value; a config the pool rejects).
+ * failure), 2 usage error (bad option or value; a config the pool rejects), 3 replay done but
+ * allocations failed with out-of-memory (its figures cover part of the trace; --allow-oom: 0).
  */
 #include "cli.h"
 
@@ -44,6 +45,8 @@ static const char REPLAY_USAGE[] =
     "                       with no out-of-memory (bisection over timed replays, to 2 MiB),\n"
     "                       reported as a multiple of peak live\n"
     "  --summary            also print the pool's gm_pool_summary table at peak live\n"
+    "  --allow-oom          exit 0 even when allocations failed with out-of-memory (the\n"
+    "                       report flags its headline INCOMPLETE either way; default: exit 3)\n"
     "  --strict             stop at the first bad trace line or unsatisfiable allocation\n"
     "  --check              run gm_pool_check at every timeline sample (slow; for debugging)\n"
     "  --no-progress        no progress bar (drawn on a terminal for traces over 100k ops)\n"
@@ -114,6 +117,8 @@ static int flag_option(const char *a, unsigned accepted, cli_options *o)
         return o->no_progress = 1;
     if ((accepted & OPT_DEFRAG) && strcmp(a, "--min-budget") == 0) /* replay only */
         return o->min_budget = 1;
+    if ((accepted & OPT_DEFRAG) && strcmp(a, "--allow-oom") == 0) /* replay only */
+        return o->allow_oom = 1;
     return 0;
 }
 
@@ -148,6 +153,25 @@ static int defrag_option(int argc, char **argv, int *i, const char *command, cli
         return 1;
     }
     return 0;
+}
+
+/* compare's --memory-tolerance FRACTION. Returns 1 if consumed, 0 if not it, or an exit code + 2
+ * on error. */
+static int tolerance_option(int argc, char **argv, int *i, const char *command, cli_options *o)
+{
+    int missing = 0;
+    const char *v = option_value(argc, argv, i, "--memory-tolerance", &missing);
+    if (missing)
+        return 2 + usage_error(command, "%s needs a value", "--memory-tolerance");
+    if (!v)
+        return 0;
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x >= 0 && x <= 10))
+        return 2 + usage_error(command, "--memory-tolerance: \"%s\" is not a fraction from 0 "
+                               "to 10 (0.05 = within 5 %% of the lowest reserved/live)", v);
+    o->memory_tolerance = x;
+    return 1;
 }
 
 /* A value option. Returns 1 if consumed, 0 if not this kind, or an exit code + 2 on error. */
@@ -205,6 +229,7 @@ int cli_parse(int argc, char **argv, const char *command, unsigned accepted, con
               cli_options *o)
 {
     memset(o, 0, sizeof *o);
+    o->memory_tolerance = MEMORY_TOLERANCE_DEFAULT;
     o->paths = calloc((size_t)argc + 1, sizeof *o->paths);
     if (!o->paths)
         return EXIT_RUNTIME;
@@ -225,6 +250,8 @@ int cli_parse(int argc, char **argv, const char *command, unsigned accepted, con
             int rc = value_option(argc, argv, &i, accepted, command, o);
             if (rc == 0 && (accepted & OPT_DEFRAG))
                 rc = defrag_option(argc, argv, &i, command, o);
+            if (rc == 0 && (accepted & OPT_COMPARE))
+                rc = tolerance_option(argc, argv, &i, command, o);
             if (rc >= 2)
                 return rc - 2;
             if (rc == 1)
@@ -355,6 +382,15 @@ int cmd_replay(int argc, char **argv)
     }
     if (rc == EXIT_OK_)
         rc = write_outputs(&o, traces, results, o.n_paths);
+    for (size_t i = 0; rc == EXIT_OK_ && i < o.n_paths; i++)
+        if (results[i].oom_count && !o.allow_oom) /* a partial replay is not a result */
+            rc = EXIT_OOM;
+    for (size_t i = 0; rc == EXIT_OOM && i < o.n_paths; i++)
+        if (results[i].oom_count)
+            fprintf(stderr, "gpumem: %s: %llu allocation%s failed with out-of-memory: the "
+                    "report covers only the rest (exit 3; --allow-oom: exit 0)\n",
+                    traces[i].path, (unsigned long long)results[i].oom_count,
+                    results[i].oom_count == 1 ? "" : "s");
     for (size_t i = 0; i < done && traces && results; i++) {
         trace_free(&traces[i]);
         replay_result_free(&results[i]);

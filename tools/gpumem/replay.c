@@ -718,6 +718,16 @@ int replay_run(const trace *t, const replay_options *o, replay_result *r, char *
     return rc;
 }
 
+int replay_incomplete_note(const replay_result *r, char *buf, size_t n)
+{
+    if (!r->oom_count)
+        return 0;
+    snprintf(buf, n, "INCOMPLETE: %llu allocation%s failed with out-of-memory; the figures "
+             "count only those that succeeded", (unsigned long long)r->oom_count,
+             r->oom_count == 1 ? "" : "s");
+    return 1;
+}
+
 void replay_result_free(replay_result *r)
 {
     free(r->timeline);

@@ -44,7 +44,8 @@ static const char STYLE[] =
     ".live{stroke:#1f77b4}.frag{stroke:#9467bd}.peak{stroke:#2ca02c;stroke-dasharray:4 3}"
     ".legend span{display:inline-block;margin-right:16px}.legend i{display:inline-block;"
     "width:14px;height:3px;margin-right:4px;vertical-align:middle}"
-    ".map .seg{font-size:11px;fill:#555}.note{color:#777}";
+    ".map .seg{font-size:11px;fill:#555}.note{color:#777}"
+    "tr.incomplete td{color:#b00;font-weight:bold}h2 .incomplete{color:#b00}";
 
 static double scale_x(uint64_t op, uint64_t ops)
 {
@@ -156,6 +157,12 @@ static void summary(FILE *f, const trace *t, const replay_result *r)
              fin->peak_live_bytes ? (double)fin->peak_reserved_bytes / (double)fin->peak_live_bytes
                                   : 0.0);
     summary_row(f, "peak", v);
+    char note[256];
+    if (replay_incomplete_note(r, note, sizeof note)) {
+        fputs("<tr class=\"incomplete\"><td>not a full replay</td><td>", f);
+        html_text(f, note);
+        fputs("</td></tr>\n", f);
+    }
     format_bytes(pk->internal_frag_bytes, a, sizeof a);
     format_bytes(pk->total_free_bytes, b, sizeof b);
     snprintf(v, sizeof v, "internal %s, external %s, frag rate %.3f (worst %.3f at op %llu)", a,
@@ -295,6 +302,8 @@ int report_html(const char *path, const trace *const *traces, const replay_resul
     for (size_t i = 0; i < n; i++) {
         fputs("<section class=\"trace\">\n<h2>", f);
         html_text(f, traces[i]->path);
+        if (results[i]->oom_count) /* the headline below is not the trace's */
+            fputs(" <span class=\"incomplete\">(INCOMPLETE: allocations failed)</span>", f);
         fputs("</h2>\n", f);
         summary(f, traces[i], results[i]);
         timelines(f, traces[i], results[i]);

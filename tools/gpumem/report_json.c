@@ -83,6 +83,7 @@ void report_json_fields(jw *w, const trace *t, const replay_result *r)
     jw_u64(w, "peak_reserved_bytes", fin->peak_reserved_bytes);
     jw_double(w, "reserved_over_live", fin->peak_live_bytes
               ? (double)fin->peak_reserved_bytes / (double)fin->peak_live_bytes : 0.0);
+    jw_raw(w, "complete", r->oom_count ? "false" : "true"); /* the headline covers the trace */
     stats_at_peak(w, t, r);
     jw_u64(w, "internal_frag_bytes", r->at_peak.internal_frag_bytes);
     jw_u64(w, "external_frag_bytes", r->at_peak.total_free_bytes);

@@ -90,8 +90,11 @@ void report_text(FILE *f, const trace *t, const replay_result *r)
         grouped(fin->free_count, c, sizeof c));
     row(f, "peak live", "%s", bytes(fin->peak_live_bytes, a, sizeof a));
     row(f, "peak reserved", "%s", bytes(fin->peak_reserved_bytes, a, sizeof a));
-    row(f, "reserved / live", "%.3f", fin->peak_live_bytes
-        ? (double)fin->peak_reserved_bytes / (double)fin->peak_live_bytes : 0.0);
+    char note[256] = "";
+    replay_incomplete_note(r, note, sizeof note);
+    row(f, "reserved / live", "%.3f%s%s", fin->peak_live_bytes
+        ? (double)fin->peak_reserved_bytes / (double)fin->peak_live_bytes : 0.0,
+        *note ? "  " : "", note);
     row(f, "at peak live", "op %zu (line %llu): %s live, %s reserved, %zu segments",
         t->n_ops ? t->peak_op + 1 : 0,
         t->n_ops ? (unsigned long long)t->ops[t->peak_op].line : 0ull,
@@ -132,8 +135,8 @@ void report_text(FILE *f, const trace *t, const replay_result *r)
             (double)r->defrag_host_ns / 1e6);
     }
     if (r->oom_count)
-        row(f, "out of memory", "%llu allocations failed (first at line %llu: %s); %llu of their "
-            "frees skipped", (unsigned long long)r->oom_count,
+        row(f, "out of memory", "%llu allocation%s failed (first at line %llu: %s); %llu of their "
+            "frees skipped", (unsigned long long)r->oom_count, r->oom_count == 1 ? "" : "s",
             (unsigned long long)r->first_oom_line, r->first_oom_message,
             (unsigned long long)r->frees_skipped);
     else
