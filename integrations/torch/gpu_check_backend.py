@@ -471,7 +471,7 @@ def w_trace():
     frees = len(t["kind"]) - allocs
     check(allocs == st["alloc_count"], "trace allocations %d != gm alloc_count %d" % (allocs, st["alloc_count"]))
     check(frees == st["free_count"], "trace frees %d != gm free_count %d" % (frees, st["free_count"]))
-    r = gpumem.replay(t)
+    r = gpumem.replay(path)
     check(r["peak_live_bytes"] == st["peak_live_bytes"],
           "replayed peak live %d != the run's %d" % (r["peak_live_bytes"], st["peak_live_bytes"]))
     after = torch.empty(1 << 20, device="cuda")  # not traced any more
