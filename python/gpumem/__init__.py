@@ -26,11 +26,12 @@ from array import array as _array
 __all__ = ["Pool", "replay", "read_trace", "version", "config_keys", "library_path",
            "GpumemError", "InvalidArgumentError", "OutOfMemoryError", "NoDeviceError",
            "DoubleFreeError", "UnknownPointerError", "BusyError", "UnsupportedError",
-           "BackendError", "HostMemoryError", "TraceError", "TraceWarning"]
+           "BackendError", "HostMemoryError", "AsleepError", "TraceError", "TraceWarning",
+           "tag"]
 
 # gm_status values (include/gpumem.h).
 (_OK, _INVALID_ARGUMENT, _OUT_OF_MEMORY, _NO_DEVICE, _DOUBLE_FREE, _UNKNOWN_POINTER, _NOT_READY,
- _BUSY, _UNSUPPORTED, _BACKEND, _HOST_MEMORY, _CORRUPT, _ABORTED) = range(13)
+ _BUSY, _UNSUPPORTED, _BACKEND, _HOST_MEMORY, _CORRUPT, _ABORTED, _ASLEEP) = range(14)
 _SIZE_MAX = (1 << (8 * _ctypes.sizeof(_ctypes.c_size_t))) - 1  # 2**64-1 on 64-bit hosts
 _PTR_MAX = (1 << (8 * _ctypes.sizeof(_ctypes.c_void_p))) - 1
 _INT_MAX = (1 << (8 * _ctypes.sizeof(_ctypes.c_int) - 1)) - 1
@@ -89,6 +90,10 @@ class HostMemoryError(GpumemError, MemoryError):
     """host memory exhausted: the allocator's own metadata could not be allocated."""
 
 
+class AsleepError(GpumemError):
+    """the pool is asleep (Pool.sleep): it allocates again after Pool.wake()."""
+
+
 class TraceError(InvalidArgumentError):
     """A trace that cannot be replayed (not an RMM trace, gzip with no data, no allocations; under
     ``strict`` the first bad line), with the file and line, as the command-line tool says it."""
@@ -102,7 +107,7 @@ _ERRORS = {_INVALID_ARGUMENT: InvalidArgumentError, _OUT_OF_MEMORY: OutOfMemoryE
            _NO_DEVICE: NoDeviceError, _DOUBLE_FREE: DoubleFreeError,
            _UNKNOWN_POINTER: UnknownPointerError, _BUSY: BusyError,
            _UNSUPPORTED: UnsupportedError, _BACKEND: BackendError,
-           _HOST_MEMORY: HostMemoryError}
+           _HOST_MEMORY: HostMemoryError, _ASLEEP: AsleepError}
 
 
 def library_path():
@@ -138,6 +143,11 @@ def _load():
         "gm_pool_reset_peaks": (st, [vp]),
         "gm_pool_summary": (st, [vp, cp, sz]),
         "gm_pool_snapshot": (st, [vp, vp, vp]),
+        "gm_pool_sleep": (st, [vp, cp]),
+        "gm_pool_wake": (st, [vp]),
+        "gm_tag_push": (st, [cp]),
+        "gm_tag_pop": (st, []),
+        "gm_tag_current": (cp, []),
         "gm_config_keys": (vp, [c.POINTER(sz)]),
         "gm_sim_config_keys": (vp, [c.POINTER(sz)]),
         "gmpy_open": (st, [cp, st, cp, c.POINTER(vp), c.POINTER(vp), cp, sz]),
@@ -358,6 +368,20 @@ class Pool:
         finally:
             self._leave()
 
+    def sleep(self, offload=True):
+        """gm_pool_sleep: give every physical page back to the device, keeping each live
+        block's address, until wake(). ``offload``: True keeps every block's contents (copied to
+        pinned host memory), False discards them all, an iterable of tag names (tag()) keeps
+        those tags' blocks and discards the rest. Asleep, alloc raises AsleepError; free works.
+        Needs VMM segments (conf "segments=vmm" or "auto"): UnsupportedError otherwise."""
+        what = "gpumem.Pool.sleep"
+        self._call(what, _lib.gm_pool_sleep, _offload_tags(offload, what).encode())
+
+    def wake(self):
+        """gm_pool_wake: map pages under every live block again, at the same addresses, and copy
+        the kept contents back. A failure leaves the pool asleep with its contents saved."""
+        self._call("gpumem.Pool.wake", _lib.gm_pool_wake)
+
     def stats(self):
         """gm_pool_stats as a dict (gm_stats' field names; ``device_calls`` is the total,
         ``device_calls_by_kind`` the calls by gm_call_str name)."""
@@ -549,3 +573,64 @@ def replay(trace, conf="", backend="sim", device=0, strict=False):
         return _json.loads(_ctypes.string_at(out.value).decode("utf-8", "replace"))
     finally:
         _lib.gmpy_free(out)
+
+
+def _offload_tags(offload, what="gpumem.Pool.sleep"):
+    """gm_pool_sleep's offload_tags text for ``offload``: True -> "*" (every block kept), False
+    or None -> "" (none), a tag name or an iterable of them -> "a,b"."""
+    if offload is True:
+        return "*"
+    if offload is False or offload is None:
+        return ""
+    names = [offload] if isinstance(offload, str) else None
+    if names is None:
+        try:
+            names = list(offload)
+        except TypeError:
+            raise TypeError("%s: offload is True, False or an iterable of tag names, not %r"
+                            % (what, offload)) from None
+    for n in names:
+        if not isinstance(n, str):
+            raise TypeError("%s: a tag name is a str, not %r" % (what, n))
+        if not n or "," in n or n == "*" or "\0" in n:
+            raise _bad_value(what, "%r is not a tag name" % (n,))
+    return ",".join(names)
+
+
+class tag:
+    """Name the blocks this thread allocates inside it (gm_tag_push / gm_tag_pop), for
+    Pool.sleep(offload=[...]) and gpumem.cupy.sleep:
+
+        with gpumem.tag("weights"):
+            w = pool.alloc(1 << 20)
+
+    also a decorator. Tags nest (at most 16 deep); a name is 1..31 characters of letters,
+    digits, '_', '.', '-'. The tag is per thread and applies to every pool of this package's
+    library (Pool and gpumem.cupy; gpumem.torch has its own: gpumem.torch.tag)."""
+
+    def __init__(self, name):
+        self._name = _str(name, "name", "gpumem.tag")  # bytes for C
+        self.name = name
+
+    def __enter__(self):
+        st = _lib.gm_tag_push(self._name)
+        if st != _OK:
+            raise _error(st, _text(_lib.gm_last_error(None)))
+        return self
+
+    def __exit__(self, *exc):
+        _lib.gm_tag_pop()
+
+    def __call__(self, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def run(*a, **k):
+            with self:
+                return fn(*a, **k)
+        return run
+
+    @staticmethod
+    def current():
+        """The calling thread's current tag ("default" when none is pushed)."""
+        return _text(_lib.gm_tag_current())

@@ -17,7 +17,8 @@ import os
 
 import gpumem
 
-__all__ = ["enable", "disable", "enabled", "stats", "summary", "snapshot", "trim", "trace_stop"]
+__all__ = ["enable", "disable", "enabled", "stats", "summary", "snapshot", "trim", "trace_stop",
+           "sleep", "wake", "tag"]
 
 _state = {"allocator": None, "handle": None, "previous": None, "conf": None}
 
@@ -149,4 +150,26 @@ def snapshot(device=None):
 def trim(keep=0, device=None):
     """gm_trim: give free memory back until at most ``keep`` bytes stay reserved."""
     p = _pool(device)
-    gpumem._check(gpumem._lib.gm_trim(p, int(keep)), p)
+    keep = gpumem._int(keep, "keep", "gpumem.cupy.trim", 0, (1 << 64) - 1, " bytes")
+    gpumem._check(gpumem._lib.gm_trim(p, keep), p)
+
+
+tag = gpumem.tag  # the package's library serves CuPy: its per-thread tag names CuPy's blocks
+
+
+def sleep(offload=True, device=None):
+    """gm_pool_sleep on the device's pool (default: the current device): every CuPy array keeps
+    its address, its device memory goes back to the driver until wake(). ``offload`` as for
+    gpumem.Pool.sleep (True: keep every array's contents in pinned host memory; False: discard
+    them; tag names: keep those tags' arrays). Needs VMM segments (enable("segments=vmm") or
+    "segments=auto"). Meanwhile CuPy cannot allocate on that device (AsleepError)."""
+    text = gpumem._offload_tags(offload, "gpumem.cupy.sleep").encode()
+    p = _pool(device)
+    gpumem._check(gpumem._lib.gm_pool_sleep(p, text), p)
+
+
+def wake(device=None):
+    """gm_pool_wake on the device's pool: pages mapped again at the same addresses, kept
+    contents copied back."""
+    p = _pool(device)
+    gpumem._check(gpumem._lib.gm_pool_wake(p), p)

@@ -502,5 +502,61 @@ class TraceInputTests(unittest.TestCase):
         self.assertEqual(gpumem.replay(path)["ops"], t["ops"])
 
 
+class SleepTests(unittest.TestCase):
+    """Pool.sleep / wake and gpumem.tag over the library's gm_pool_sleep (docs/sleep.md)."""
+
+    def test_sleep_gives_pages_back_and_wake_restores(self):
+        with gpumem.Pool("sim", conf="segments=vmm") as pool:
+            with gpumem.tag("weights"):
+                self.assertEqual(gpumem.tag.current(), "weights")
+                w = pool.alloc(8 << 20)
+            self.assertEqual(gpumem.tag.current(), "default")
+            kv = pool.alloc(4 << 20)
+            tags = {int(b["address"], 16): b.get("tag") for s in pool.snapshot()["segments"]
+                    for b in s["blocks"] if b.get("state") == "live"}
+            self.assertEqual(tags.get(w), "weights")
+            self.assertEqual(tags.get(kv), "default")
+            pool.sleep(offload=["weights"])
+            st = pool.stats()
+            self.assertTrue(st["asleep"])
+            self.assertEqual(st["reserved_bytes"], 0)
+            self.assertGreaterEqual(st["sleep_saved_bytes"], 8 << 20)
+            with self.assertRaises(gpumem.AsleepError):
+                pool.alloc(1 << 20)
+            with self.assertRaises(gpumem.AsleepError):
+                pool.sleep()
+            pool.free(kv)  # freeing while asleep is allowed
+            pool.wake()
+            st = pool.stats()
+            self.assertFalse(st["asleep"])
+            self.assertEqual((st["sleeps"], st["wakes"]), (1, 1))
+            self.assertGreaterEqual(st["reserved_bytes"], 8 << 20)
+            pool.check()
+            pool.free(w)  # the same address is still the live block
+            with self.assertRaises(gpumem.InvalidArgumentError):
+                pool.wake()  # not asleep
+
+    def test_plain_segments_refuse_with_the_reason(self):
+        with gpumem.Pool("sim", conf="segments=plain") as pool:
+            with self.assertRaises(gpumem.UnsupportedError) as e:
+                pool.sleep()
+            self.assertIn("vmm", str(e.exception))
+
+    def test_bad_offload_and_tags(self):
+        with gpumem.Pool("sim", conf="segments=vmm") as pool:
+            with self.assertRaises(TypeError):
+                pool.sleep(offload=5)
+            with self.assertRaises(ValueError):
+                pool.sleep(offload=["a,b"])
+            with self.assertRaises(TypeError):
+                pool.sleep(offload=[3])
+        with self.assertRaises(TypeError):
+            gpumem.tag(3)
+        with self.assertRaises(ValueError):
+            with gpumem.tag("has space"):
+                pass
+        self.assertEqual(gpumem.tag.current(), "default")  # a refused push left nothing
+
+
 if __name__ == "__main__":
     unittest.main()
