@@ -273,14 +273,19 @@ def resnet18_train(dev):
 def resnet50_infer_fp16(dev):
     """ResNet-50 inference in fp16, batch 1-256 at 224 px."""
     import torchvision
-    m = torchvision.models.resnet50().to(dev).half().eval()
-    g = _rng(42)
+    return _image_infer(torchvision.models.resnet50(), dev, 42, 256)
+
+
+def _image_infer(model, dev, seed, max_batch, steps=40):
+    """Inference in fp16 at 224 px over batches of 1-max_batch images."""
+    m = model.to(dev).half().eval()
+    g = _rng(seed)
 
     @torch.no_grad()
     def step(i):
-        bs = _pick(g, 1, 256)
+        bs = _pick(g, 1, max_batch)
         m(torch.randn(bs, 3, 224, 224, device=dev, dtype=torch.half)).softmax(-1)
-    return step, 40
+    return step, steps
 
 
 def vit_train(dev):
@@ -300,14 +305,7 @@ def vit_train(dev):
 def vit_infer_fp16(dev):
     """ViT-B/16 inference in fp16, batch 1-128."""
     import torchvision
-    m = torchvision.models.vit_b_16().to(dev).half().eval()
-    g = _rng(44)
-
-    @torch.no_grad()
-    def step(i):
-        bs = _pick(g, 1, 128)
-        m(torch.randn(bs, 3, 224, 224, device=dev, dtype=torch.half)).softmax(-1)
-    return step, 40
+    return _image_infer(torchvision.models.vit_b_16(), dev, 44, 128)
 
 
 class _UNet(nn.Module):
