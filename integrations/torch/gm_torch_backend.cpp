@@ -363,6 +363,12 @@ class GmAllocator final : public CCA::CUDAAllocator {
         if (!pp->pool) {
             gm_config cfg = cfg_;
             cfg.trace_file[0] = '\0';  // a graph's or MemPool's own pool is not traced (docs/torch.md)
+            // A graph's kernels keep every address its capture handed out, freed ones included.
+            // Recycling an idle VMM run (before_grow, eager) maps its pages elsewhere and unmaps
+            // the old place once a fence passes; a fence recorded during capture is only a graph
+            // node, so the old place went at once and the first replay faulted (H200, the sleep
+            // check's graph). Like PyTorch's private pools, keep everything until the OOM ladder.
+            cfg.release = GM_RELEASE_ON_OOM;
             gm_status st = gm_pool_create(D.backend, &cfg, &pp->pool);
             TORCH_CHECK(st == GM_OK, "gpumem: cannot create a private pool for mempool (", pp->id.first, ", ",
                         pp->id.second, "): ", gm_status_str(st), ": ", gm_last_error(nullptr));
