@@ -6,7 +6,8 @@
 # OUT_DIR/NAME.json as the trace's sidecar, the trace to OUT_DIR/NAME.csv.gz.
 # usage: bench/corpus_gpu.sh OUT_DIR [WORKLOADS] (comma-separated; default: all)
 #   MODES: default,expandable (default) or default,expandable,gpumem
-#   PER_RUN_S: a run's time limit (default 240 s); PYTHON: the interpreter with torch.
+#   PER_RUN_S: a run's time limit (default 240 s); PYTHON: the interpreter with torch;
+#   CORPUS_NOTE: a note for the sidecars (e.g. that other workloads ran on the device at once).
 set -u
 OUT=${1:?usage: bench/corpus_gpu.sh OUT_DIR [WORKLOADS]}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,6 +40,8 @@ for w in ${WL//,/ }; do
 import json, os, sys
 out, w = sys.argv[1], sys.argv[2]
 side = {"workload": w, "runs": {}}
+if os.environ.get("CORPUS_NOTE"):  # how the runs shared the device (step times depend on it)
+    side["note"] = os.environ["CORPUS_NOTE"]
 for m in ("default", "expandable", "gpumem"):
     p = os.path.join(out, "%s.%s.json.part" % (w, m))
     if os.path.exists(p):

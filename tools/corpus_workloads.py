@@ -194,14 +194,14 @@ def llama_generate(dev):
 
 def llama_1b_train(dev):
     """A 1.3B-parameter Llama-style decoder (2048 wide, 24 layers), fp32 master weights, AdamW,
-    bf16 autocast, batch 4-8 x 1024-2048 tokens: the corpus's largest peak (tens of GB)."""
+    bf16 autocast, batch 2-4 x 1024-2048 tokens: the corpus's largest peak (about 40 GB)."""
     m = _llama(dev, hidden=2048, layers=24, heads=16, kv=8, inter=5632)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
     g = _rng(33)
     run = _train_step(m, opt, _lm_loss)
 
     def step(i):
-        bs, sl = _pick(g, 4, 8), _pick(g, 1024, 2048)
+        bs, sl = _pick(g, 2, 4), _pick(g, 1024, 2048)
         run(lambda _: torch.randint(0, 32000, (bs, sl), device=dev))
     return step, 8
 

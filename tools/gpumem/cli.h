@@ -150,6 +150,16 @@ typedef struct replay_options {
     int min_budget;    /* --min-budget: bisect reserve_limit for the smallest that runs */
 } replay_options;
 
+/* Device calls that reserve, create, map, unmap or release memory (GM_CALL_MEM_ALLOC through
+ * GM_CALL_UNMAP): the "memory calls" of the reports. */
+static inline uint64_t memory_calls_of(const gm_stats *s)
+{
+    uint64_t n = 0;
+    for (int k = GM_CALL_MEM_ALLOC; k <= GM_CALL_UNMAP; k++)
+        n += s->device_calls[k];
+    return n;
+}
+
 /* Default --defrag-gap: a gap of 1 ms between two ops of the trace gets a defragmentation step. */
 #define DEFRAG_GAP_DEFAULT 0.001
 
@@ -168,6 +178,8 @@ typedef struct replay_result {
     uint64_t frees_skipped;  /* frees of allocations that had failed */
     double worst_frag_rate;  /* over the sampled timeline (docs/cli.md has the rule) */
     uint64_t worst_frag_op;
+    uint64_t memory_calls_at_quarter; /* memory calls made by the end of the first quarter of
+                                       * the ops: the rest are the steady state's */
     uint64_t recommended_initial_reserve; /* 0: none (it would raise peak reserved here) */
     uint64_t advice_peak_reserved; /* peak reserved of a run started with that advice */
     double ns_per_op_min, ns_per_op_max; /* fastest and slowest of the timed passes */

@@ -401,18 +401,27 @@ static int replay_ops(run *x)
     if (sample(x, 0, &st) != 0)
         return -1;
     r->at_peak = st; /* stands when the trace allocates nothing */
+    size_t quarter = n / 4;
     while (done < n) {
         size_t stop = (done / x->sample_every + 1) * x->sample_every;
         if (stop > n)
             stop = n;
         if (done <= t->peak_op && stop > t->peak_op + 1)
             stop = t->peak_op + 1;
+        if (done < quarter && stop > quarter)
+            stop = quarter;
         uint64_t t0 = now_ns(), excluded = 0;
         size_t reached = run_ops(x, done, stop, &excluded);
         r->host_ns += now_ns() - t0 - excluded;
         if (reached != stop)
             return -1;
         done = stop;
+        if (done == quarter) {
+            gm_stats q;
+            if (gm_pool_stats(x->pool, &q) != GM_OK)
+                return -1;
+            r->memory_calls_at_quarter = memory_calls_of(&q);
+        }
         if (done == t->peak_op + 1) {
             if (gm_pool_stats(x->pool, &r->at_peak) != GM_OK)
                 return -1;

@@ -94,10 +94,9 @@ void report_json_fields(jw *w, const trace *t, const replay_result *r)
     for (int k = 0; k < GM_CALL_KINDS; k++)
         jw_u64(w, gm_call_str((gm_call)k), fin->device_calls[k]);
     jw_end_object(w);
-    uint64_t memory_calls = 0; /* the kinds that reserve, create, map, unmap or release memory */
-    for (int k = GM_CALL_MEM_ALLOC; k <= GM_CALL_UNMAP; k++)
-        memory_calls += fin->device_calls[k];
+    uint64_t memory_calls = memory_calls_of(fin);
     jw_u64(w, "memory_calls", memory_calls);
+    jw_u64(w, "memory_calls_after_quarter", memory_calls - r->memory_calls_at_quarter);
     jw_begin_object(w, "device_call_ns");
     for (int k = 0; k < GM_CALL_KINDS; k++)
         jw_u64(w, gm_call_str((gm_call)k), fin->device_call_ns[k]);
