@@ -163,8 +163,7 @@ def target_misses(r):
 def print_table(rows, summary_only):
     head = "%-22s %-7s %3s %8s " % ("trace", "split", "st", "live GB") + " ".join(
         "%*s" % (int(re.match(r"\d+", spec).group()), h) for h, _, spec in COLS)
-    if not summary_only:
-        print(head + "  misses")
+    print(head + ("" if summary_only else "  misses"))
     for split in ("tune", "test", "bundled"):
         rs = [r for r in rows if r["split"] == split]
         if not rs:
@@ -183,7 +182,7 @@ def print_table(rows, summary_only):
                 if v is not None and spec.endswith("d"):
                     v = int(round(v))
                 vals.append(fmt(v, spec))
-            print("%-22s %-7s %3s %8s " % ("%s (%d traces)" % (what, len(rs)), split, "", "") +
+            print("%-22s %-7s %3s %8s " % ("%s (%d trace%s)" % (what, len(rs), "s" if len(rs) > 1 else ""), split, "", "") +
                   " ".join(vals) + ("  %d miss a target" % sum(1 for r in rs if target_misses(r))
                                     if what == "worst" else ""))
 
@@ -213,7 +212,13 @@ def main(argv=None):
     print("corpus: %d traces replayed on the simulated H200 as %s%s" % (
         len(rows), a.as_, (" with " + ",".join(sets)) if sets else " (its defaults)"))
     print_table(rows, a.summary)
-    if not a.summary:
+    if a.summary:
+        print("legend: per split, the worst and median of each column (bench/corpus.py without "
+              "--summary shows every trace and the targets it misses); r/l = peak reserved / "
+              "peak live; torch, expand = PyTorch default's and expandable_segments' from the "
+              "recording; calls = memory calls; after/1k = per 1,000 ops after the first "
+              "quarter; bound = calls a perfect-packing pool needs for the same r/l")
+    else:
         print("legend: r/l = peak reserved / peak live (torch, expand: PyTorch default and "
               "expandable_segments from the recording, same program); calls = memory calls; "
               "after/1k = memory calls per 1,000 ops after the first quarter; bound = fewest "

@@ -2,7 +2,7 @@
 # Install what gpumem needs, if it is missing (Debian/Ubuntu, as root or with sudo). Idempotent
 # and quiet when everything is there.
 # usage: tools/install_deps.sh [build|test|browser]
-#   build (default): a C compiler, cmake, make and zlib -- all `make run` needs
+#   build (default): a C compiler, cmake, make, zlib and python3 -- all `make run` needs
 #   test:            also python3 with pip, setuptools and wheel (the CLI and Python
 #                    package tests: `pip install --no-build-isolation .` needs them)
 #   browser:         chromium only (the HTML report's browser test installs it this way itself,
@@ -16,8 +16,8 @@ build|test)
     command -v cc >/dev/null 2>&1 || need="$need gcc"
     command -v make >/dev/null 2>&1 || need="$need make"
     [ -f /usr/include/zlib.h ] || need="$need zlib1g-dev"
+    command -v python3 >/dev/null 2>&1 || need="$need python3" # make run's corpus summary
     if [ "$what" = test ]; then
-        command -v python3 >/dev/null 2>&1 || need="$need python3"
         python3 -m pip --version >/dev/null 2>&1 || need="$need python3-pip"
         for m in setuptools wheel; do # for the python3 on PATH: Debian's by apt, another by pip
             python3 -c "import $m" >/dev/null 2>&1 && continue

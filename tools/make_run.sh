@@ -5,8 +5,10 @@
 # an H200: docs/anchors.md; copied below as data), what each mode's memory costs in device
 # calls and their time on the H200 cost model, gpumem's host time on this machine on its own,
 # each table with a legend line, and write an HTML report per trace (default configuration)
-# under BUILD_DIR/reports/.
-# Needs only what the build needs (sh, awk and the gpumem binary): no Python, no browser.
+# under BUILD_DIR/reports/; then the corpus report's summary (bench/corpus.py --summary: every
+# trace of traces/, traces/live/ and traces/corpus/ per split, as the library and as the PyTorch
+# backend).
+# Needs what the build needs (sh, awk, python3 and the gpumem binary), no browser.
 # usage: tools/make_run.sh BUILD_DIR
 set -eu
 BUILD=${1:?usage: tools/make_run.sh BUILD_DIR}
@@ -102,3 +104,8 @@ echo "calls in them. Speed is compared only in the same run on a GPU (bench/gpu_
 echo "bench/vmm_gpu.sh; docs/benchmarks.md has the H200 figures: VMM's calls make its replays"
 echo "1.0-6.6x PyTorch default's time where plain segments take 0.11-0.21x)."
 echo "HTML reports: $BUILD/reports/*.html"
+echo
+echo "the corpus (bench/corpus.py; issue targets per trace without --summary)"
+for as in library backend; do
+    python3 "$ROOT/bench/corpus.py" --gpumem "$GPUMEM" --as $as --summary --jobs 2
+done

@@ -1,7 +1,7 @@
 #!/bin/sh
 # `make run`'s report (tools/make_run.sh): a row per bundled trace in each table, each mode's
 # figures the same as `gpumem replay --json` gives for that mode, a legend under each table that
-# says what its columns mean, and an HTML report per trace.
+# says what its columns mean, an HTML report per trace, and the corpus summaries.
 # usage: test_make_run.sh GPUMEM_BINARY SOURCE_DIR
 . "$(dirname "$0")/cli_lib.sh" # $GPUMEM, $SRC, $T and the checks
 
@@ -23,8 +23,8 @@ for f in "$SRC"/traces/*.csv.gz; do
     if [ -s "$T/build/reports/$name.html" ]; then ok; else bad "$name: no HTML report"; fi
 done
 
-# A legend under each of the three tables, naming its columns.
-if [ "$(grep -c '^legend: ' "$T/report")" -eq 3 ]; then ok; else bad "not 3 legend lines"; fi
+# A legend under each of the three tables and each corpus summary, naming its columns.
+if [ "$(grep -c '^legend: ' "$T/report")" -eq 5 ]; then ok; else bad "not 5 legend lines"; fi
 grep '^legend: ' "$T/report" >"$T/legends"
 for column in "plain =" "vmm =" "backend =" "OOM =" "calls/1k =" "device =" "ns/op ="; do
     has "$T/legends" "$column"
@@ -66,6 +66,28 @@ done
 # OOM: the failed allocations of the three replays
 got_oom=$(awk -v n="$name" '$1 == n && $6 == "|" { print $3; exit }' "$T/report")
 if [ "$got_oom" = "$ooms" ]; then ok; else bad "$name: OOM column \"$got_oom\", replays $ooms"; fi
+
+# The corpus summaries (bench/corpus.py --summary), as the library and as the PyTorch backend:
+# every trace counted, and the bundled split's worst reserved/live as library that of the
+# replays themselves.
+total=$(ls "$SRC"/traces/*.csv.gz "$SRC"/traces/live/*.csv.gz "$SRC"/traces/corpus/*.csv.gz | wc -l)
+bundled=$(ls "$SRC"/traces/*.csv.gz "$SRC"/traces/live/*.csv.gz | wc -l)
+for as in library backend; do
+    if grep -q "^corpus: $total traces replayed on the simulated H200 as $as" "$T/report"; then ok
+    else bad "no corpus summary as $as over $total traces"; fi
+done
+if [ "$(grep -c "^median ($bundled traces) *bundled " "$T/report")" -eq 2 ]; then ok; else
+    bad "not two bundled medians over $bundled traces"
+fi
+worst=0
+for f in "$SRC"/traces/*.csv.gz "$SRC"/traces/live/*.csv.gz; do
+    run 0 replay --json --no-progress "$f"
+    worst=$(python3 -c 'import json, sys
+print("%.3f" % max(float(sys.argv[2]), json.load(open(sys.argv[1]))["reserved_over_live"]))' \
+        "$T/out" "$worst")
+done
+got=$(awk '/^worst \(/ && $4 == "bundled" { print $5; exit }' "$T/report")
+if [ "$got" = "$worst" ]; then ok; else bad "corpus: bundled worst r/l \"$got\", replays $worst"; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
