@@ -1,0 +1,33 @@
+#!/bin/bash
+# On the GPU machine: issue 34's checks in one call (docs/sleep.md). Installs the package into
+# the Python that has torch; builds torch_memory_saver (the anchor) from its source when
+# TMS_SRC names a checkout of it (the GPU machine has no network: carry it there); then the
+# RL-like check beside it (integrations/torch/gpu_sleep_check.py, every mode), CuPy's sleep and
+# wake (bench/gpu_cupy_sleep.py) and the backend's graph and memory-tool checks
+# (gpu_check_backend.py). Logs and JSON in OUT_DIR; a summary on stdout.
+# usage: bench/gpu_sleep.sh OUT_DIR
+#   PYTHON: the interpreter with torch (default python3); TMS_SRC: torch_memory_saver's source;
+#   TMS_CUDA_MAJOR: the CUDA major it is built for (default: torch's).
+set -u
+OUT=${1:?usage: bench/gpu_sleep.sh OUT_DIR}
+PY=${PYTHON:-python3}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+"$PY" -c "import torch; print('torch', torch.__version__)"
+(cd "$ROOT" && "$PY" -m pip install --no-build-isolation --no-deps . >"$OUT/pip.log" 2>&1) ||
+    { echo "pip install failed: $OUT/pip.log"; exit 1; }
+if [ -n "${TMS_SRC:-}" ]; then
+    major=${TMS_CUDA_MAJOR:-$("$PY" -c "import torch; print(torch.version.cuda.split('.')[0])")}
+    (cd "$TMS_SRC" && TMS_CUDA_MAJOR=$major "$PY" -m pip install --no-build-isolation --no-deps . \
+        >"$OUT/tms_pip.log" 2>&1) && echo "torch_memory_saver: built (CUDA $major)" ||
+        echo "torch_memory_saver: build failed ($OUT/tms_pip.log); its modes are skipped"
+fi
+"$PY" "$ROOT/integrations/torch/gpu_sleep_check.py" >"$OUT/sleep.json" 2>"$OUT/sleep.log"
+echo "sleep check: rc=$? $(tail -c 600 "$OUT/sleep.json")"
+"$PY" "$ROOT/bench/gpu_cupy_sleep.py" >"$OUT/cupy_sleep.log" 2>&1
+echo "cupy sleep: rc=$? $(tail -2 "$OUT/cupy_sleep.log" | tr '\n' ' ')"
+"$PY" "$ROOT/integrations/torch/gpu_check_backend.py" --json "$OUT/check.json" >"$OUT/check.log" 2>&1
+echo "backend checks: rc=$? $(tail -2 "$OUT/check.log" | tr '\n' ' ')"
