@@ -49,6 +49,39 @@ def records(path):
     return ops, out
 
 
+def online_floor(path, target, part=0.25):
+    """The fewest growth steps after the first `part` of a trace's operations that any pool
+    growing when the program asks (one that does not know the program's future) needs to hold
+    reserved/live <= target wherever the trace might end. Where the first part ends, reserved
+    is at most target x the live high so far (the trace could end there); a step can reach at
+    most target x the live high it is taken at, so the fewest steps are the greedy ones: grow
+    to target x the new high whenever a high passes what is reserved. Returns (steps, the
+    operations after the first part)."""
+    live, cur, high, ops, highs = {}, 0, 0, 0, []
+    with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
+        next(f)
+        for line in f:
+            _, _, act, ptr, size, _ = line.rstrip().split(",")
+            ops += 1
+            if act == "allocate":
+                size = int(size)
+                live[ptr] = size
+                cur += size
+                if cur > high:
+                    high = cur
+                    highs.append((ops, cur))
+            elif ptr in live:
+                cur -= live.pop(ptr)
+    cut = ops // 4 if part == 0.25 else int(ops * part)
+    reserved = target * max([h for at, h in highs if at <= cut], default=0)
+    steps = 0
+    for at, h in highs:
+        if at > cut and h > reserved:
+            reserved = target * h
+            steps += 1
+    return steps, ops - cut
+
+
 def grow(highs, scale, f, floor):
     """Growth steps and peak reserved over the scaled live highs."""
     reserved = steps = 0

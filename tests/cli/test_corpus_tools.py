@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""bench/corpus.py's split rule and bench/growth_bound.py's online floor, on small traces made
+here: the split is a fixed hash rule (half tune, half test, bundled traces apart); the floor is
+0 when the peak falls in the first quarter and follows log(peak / high so far) / log(target)
+when live climbs after it; corpus.py marks a steady-state miss the floor makes unavoidable.
+usage: test_corpus_tools.py SOURCE_DIR"""
+import math
+import os
+import sys
+import tempfile
+
+SRC = sys.argv[1]
+sys.path.insert(0, os.path.join(SRC, "bench"))
+import corpus  # noqa: E402
+import growth_bound  # noqa: E402
+
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAILED:", what)
+
+
+def trace(ops):
+    """A trace file of (action, id, MiB) on one stream."""
+    fd, path = tempfile.mkstemp(suffix=".csv")
+    with os.fdopen(fd, "w") as f:
+        f.write("Thread,Time,Action,Pointer,Size,Stream\n")
+        for act, i, mib in ops:
+            f.write("0,0.0,%s,0x%x,%d,0x0\n" % (act, 0x1000 + i, mib << 20))
+    return path
+
+
+# The split: corpus traces by the SHA-256 of the name, the first half (rounded up) tune.
+paths = ["/x/traces/corpus/%s.csv.gz" % n for n in ("a", "b", "c", "d", "e")] + \
+    ["/x/traces/gpt2_train.csv.gz", "/x/traces/live/side.csv.gz"]
+s = corpus.splits(paths)
+check(sum(v == "tune" for v in s.values()) == 3, "3 of 5 corpus traces in tune: %s" % s)
+check(sum(v == "test" for v in s.values()) == 2, "2 of 5 in test")
+check(s[paths[5]] == "bundled" and s[paths[6]] == "bundled", "traces/ and live/ are bundled")
+check(corpus.splits(list(reversed(paths))) == s, "the split does not depend on the order")
+
+# The floor: peak in the first quarter -> no step is needed after it.
+flat = trace([("allocate", i, 8) for i in range(40)] +
+             [("free", i, 8) for i in range(40)] + [("allocate", 100 + i, 1) for i in range(80)])
+steps, after = growth_bound.online_floor(flat, 1.03)
+check(steps == 0 and after == 120, "flat: %d steps after %d ops" % (steps, after))
+
+# Live climbs from 100 to 300 MiB after the first quarter: about log(300 / 103) / log(1.03) - 1
+# steps (each reaches at most 1.03 x the high it is taken at; a high passes reserved by up to
+# 1 MiB, so a step may go a little further, and there are a few fewer).
+ramp = trace([("allocate", i, 1) for i in range(100)] + [("free", i, 1) for i in range(100)] +
+             [("allocate", 200 + i, 1) for i in range(300)] +
+             [("free", 200 + i, 1) for i in range(300)])
+steps, after = growth_bound.online_floor(ramp, 1.03)
+lo = math.log(300 / 103) / math.log(1.03) - 1
+check(0.9 * lo <= steps <= lo + 2, "ramp: %d steps, want about %.1f" % (steps, lo))
+check(after == 600, "ramp: %d ops after the first quarter, want 600" % after)
+steps6, _ = growth_bound.online_floor(ramp, 1.06)
+check(steps6 < steps, "a looser target needs fewer steps (%d, %d)" % (steps6, steps))
+
+# corpus.py's misses: a steady-state miss the floor makes unavoidable says so.
+row = dict(streams=1, rl=1.01, expand=None, after_1k=5.0, floor_1k=0.5, x_bound=1.0, oom=0)
+check("after>0.1(floor>0.1)" in corpus.target_misses(row), corpus.target_misses(row))
+row["floor_1k"] = 0.0
+check("after>0.1" in corpus.target_misses(row), corpus.target_misses(row))
+check("after>0.1(floor>0.1)" not in corpus.target_misses(row), "no floor, no note")
+
+for p in (flat, ramp):
+    os.remove(p)
+print("%d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed else 0)
