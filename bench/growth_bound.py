@@ -28,9 +28,9 @@ FLOORS = (2 * MIB, 64 * MIB)
 SCALES = [1 + i / 32 for i in range(32)]
 
 
-def records(path):
-    """Operations, and the new highs of the live bytes (the only points where growth can
-    happen: reserved always covers every earlier live figure)."""
+def live_highs(path):
+    """Operations, and the new highs of the live bytes as (operation number, bytes): the only
+    points where growth can happen (reserved always covers every earlier live figure)."""
     live, cur, high, ops, out = {}, 0, 0, 0, []
     with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
         next(f)
@@ -43,10 +43,16 @@ def records(path):
                 cur += size
                 if cur > high:
                     high = cur
-                    out.append(cur)
+                    out.append((ops, cur))
             elif ptr in live:
                 cur -= live.pop(ptr)
     return ops, out
+
+
+def records(path):
+    """Operations, and the new highs of the live bytes."""
+    ops, highs = live_highs(path)
+    return ops, [h for _, h in highs]
 
 
 def online_floor(path, target, part=0.25):
@@ -57,22 +63,8 @@ def online_floor(path, target, part=0.25):
     most target x the live high it is taken at, so the fewest steps are the greedy ones: grow
     to target x the new high whenever a high passes what is reserved. Returns (steps, the
     operations after the first part)."""
-    live, cur, high, ops, highs = {}, 0, 0, 0, []
-    with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
-        next(f)
-        for line in f:
-            _, _, act, ptr, size, _ = line.rstrip().split(",")
-            ops += 1
-            if act == "allocate":
-                size = int(size)
-                live[ptr] = size
-                cur += size
-                if cur > high:
-                    high = cur
-                    highs.append((ops, cur))
-            elif ptr in live:
-                cur -= live.pop(ptr)
-    cut = ops // 4 if part == 0.25 else int(ops * part)
+    ops, highs = live_highs(path)
+    cut = int(ops * part)  # exact for a quarter: replay stops at ops / 4 too
     reserved = target * max([h for at, h in highs if at <= cut], default=0)
     steps = 0
     for at, h in highs:
