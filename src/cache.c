@@ -96,7 +96,7 @@ void cache_init(gm_cache *c, const gm_config *cfg, size_t capacity)
     c->large_min = cfg->cache_large_min;
     c->ratio = cfg->cache_approx_ratio;
     c->live_ratio = cfg->cache_cap_live_ratio;
-    /* resolve_config (pool.c) checks both; bucket_of and the approx window rely on them */
+    /* config_resolve (config.c) checks both; bucket_of and the approx window rely on them */
     GM_ASSERT(c->small_max <= c->large_min && c->ratio > 0 && c->ratio <= 1);
     c->cap = cfg->cache_cap_bytes ? cfg->cache_cap_bytes
                                   : (size_t)((double)capacity * cfg->cache_cap_fraction);
