@@ -19,9 +19,19 @@
  * from the header of the file that owns it (arena.h, retire.h), so that gm_alloc and gm_free
  * stay one function each.
  */
+#include "alloc.h"
 #include "arena.h"
+#include "cache.h"
+#include "counters.h"
+#include "error.h"
+#include "lock.h"
+#include "oom.h"
 #include "release.h"
 #include "retire.h"
+#include "share.h"
+#include "tag.h"
+#include "tcache.h"
+#include "tracing.h"
 
 #include <stdlib.h>
 

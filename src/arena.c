@@ -6,7 +6,11 @@
  * (oom.c) and gm_alloc, above the caches, growth, the strategies and the segments.
  */
 #include "arena.h"
+#include "cache.h"
+#include "growth.h"
 #include "release.h"
+#include "segment.h"
+#include "tcache.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -6,8 +6,8 @@
 #ifndef GM_ARENA_H
 #define GM_ARENA_H
 
-#include "internal.h"
 #include "strategy.h"
+#include "types.h"
 
 /* Set up arenas[ARENA_SMALL, ARENA_LARGE] of heap h (NULL: the pool's state-only grant_arenas)
  * with the configured strategies; false, none left set up, if host memory is exhausted. */

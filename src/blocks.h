@@ -14,7 +14,7 @@
 #ifndef GM_BLOCKS_H
 #define GM_BLOCKS_H
 
-#include "internal.h"
+#include "types.h"
 
 GM_COLD bool block_chunk_add_locked(block_records *r); /* more spare records */
 

@@ -32,8 +32,11 @@
  * most CLASS_LIMIT classes (twice when the first block that fits was last used on another
  * stream: the second look asks about streams).
  */
-#include "internal.h"
+#include "cache.h"
+#include "counters.h"
+#include "events.h"
 #include "release.h"
+#include "types.h"
 
 #include <stdio.h>
 #include <stdlib.h>

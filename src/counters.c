@@ -3,13 +3,14 @@
  * thread caches' deltas added to the locked path's figures, the live and allocated peaks, and
  * each device call's count and device time.
  *
- * The locked path counts under the pool lock (note_live, internal.h, inline on gm_alloc and
+ * The locked path counts under the pool lock (note_live, counters.h, inline on gm_alloc and
  * gm_free); each thread cache counts its fast-path hits and frees in its own deltas (tcache.h),
  * written only by its owner; the totals here add them up. Nothing here calls another layer:
  * every layer may count.
  */
-#include "internal.h"
+#include "counters.h"
 #include "tcache.h"
+#include "types.h"
 
 #include <string.h>
 

@@ -46,9 +46,19 @@
  * candidates and B blocks of the arena (the target search walks the arena in address order),
  * at most `budget` bytes copied.
  */
-#include "internal.h"
+#include "alloc.h"
+#include "counters.h"
+#include "defrag.h"
+#include "error.h"
+#include "events.h"
+#include "lock.h"
+#include "oom.h"
 #include "release.h"
+#include "retire.h"
+#include "segment.h"
 #include "strategy.h"
+#include "tcache.h"
+#include "types.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

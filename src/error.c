@@ -4,7 +4,9 @@
  * after the lock is dropped). The bottom of the library: every layer reports through it, and
  * it calls only the backend's error clock, and at GM_DEBUG 3 the check the pool installs.
  */
-#include "internal.h"
+#include "error.h"
+#include "lock.h"
+#include "types.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -9,7 +9,9 @@
  * queued work may still use the memory. A stream that could not even be listed (host memory)
  * nor synchronized is not known any more, so from then on the pool gives nothing back.
  */
-#include "internal.h"
+#include "counters.h"
+#include "events.h"
+#include "types.h"
 
 #include <stdlib.h>
 

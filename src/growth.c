@@ -5,8 +5,10 @@
  * the policy's size applies to it (strategy.h: segment_need, segment_shape). Below the arenas
  * (arena.c), above the strategies and the segments.
  */
-#include "internal.h"
+#include "growth.h"
+#include "segment.h"
 #include "strategy.h"
+#include "types.h"
 
 static size_t clamp_size(size_t v, size_t lo, size_t hi)
 {

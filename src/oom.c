@@ -6,7 +6,16 @@
  * arenas, the caches and the segments.
  */
 #include "arena.h"
+#include "cache.h"
+#include "counters.h"
+#include "error.h"
+#include "events.h"
+#include "growth.h"
+#include "lock.h"
+#include "oom.h"
 #include "retire.h"
+#include "segment.h"
+#include "tcache.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -10,16 +10,31 @@
  * stream only after an event on its stream has completed (or with that stream made to wait).
  * Memory on a strategy's free lists belongs to the heap of one stream and goes only to it.
  *
- * One mutex (gm_mutex, internal.h) guards a pool; every function named *_locked runs under it.
+ * One mutex (gm_mutex, lock.h) guards a pool; every function named *_locked runs under it.
  *
  * Bounds: alloc and free are O(1) when served from reserved memory (caches, TLSF, hash map);
  * growth and release make device calls; VMM work is O(pages covered by the block).
  */
-#include "internal.h"
 #include "arena.h"
+#include "cache.h"
+#include "config.h"
+#include "counters.h"
+#include "defrag.h"
+#include "error.h"
+#include "events.h"
+#include "lock.h"
+#include "oom.h"
 #include "release.h"
 #include "retire.h"
+#include "segment.h"
+#include "share.h"
+#include "sleep.h"
+#include "stats.h"
 #include "strategy.h"
+#include "tcache.h"
+#include "tracing.h"
+#include "types.h"
+#include "unmapper.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

@@ -29,9 +29,14 @@
  * release of free memory O(spans + idle pages); a stitch O(heaps) to decide, plus the page
  * table's growth.
  */
-#include "internal.h"
+#include "counters.h"
+#include "error.h"
+#include "events.h"
 #include "list.h"
+#include "segment.h"
 #include "strategy.h"
+#include "types.h"
+#include "unmapper.h"
 
 #include <stdlib.h>
 #include <string.h>

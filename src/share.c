@@ -22,7 +22,13 @@
  *
  * Bounds: export and release O(exports) plus one backend call; enabling a peer O(mapped pages).
  */
-#include "internal.h"
+#include "error.h"
+#include "lock.h"
+#include "retire.h"
+#include "segment.h"
+#include "share.h"
+#include "tcache.h"
+#include "types.h"
 
 #include <stddef.h>
 #include <stdlib.h>

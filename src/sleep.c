@@ -25,7 +25,17 @@
  *
  * Bounds: O(blocks + pages + streams x (heaps + recorded streams)).
  */
-#include "internal.h"
+#include "counters.h"
+#include "error.h"
+#include "lock.h"
+#include "oom.h"
+#include "retire.h"
+#include "segment.h"
+#include "sleep.h"
+#include "tag.h"
+#include "tcache.h"
+#include "types.h"
+#include "unmapper.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,9 +8,21 @@
  *
  * Bounds: stats, snapshot and check are O(blocks + mapped pages).
  */
-#include "internal.h"
+#include "cache.h"
+#include "counters.h"
+#include "defrag.h"
+#include "error.h"
 #include "json.h"
+#include "lock.h"
+#include "segment.h"
+#include "share.h"
+#include "sleep.h"
+#include "stats.h"
 #include "strategy.h"
+#include "tag.h"
+#include "tcache.h"
+#include "types.h"
+#include "unmapper.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

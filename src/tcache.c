@@ -32,10 +32,15 @@
  * Bounds: fast alloc and free O(1): an allocation looks only at the entries whose granted size
  * has the request's hash (a 64-bit set of entry indices per hash), newest index first.
  */
-#include "internal.h"
+#include "counters.h"
+#include "events.h"
 #include "list.h"
+#include "lock.h"
+#include "retire.h"
 #include "strategy.h"
+#include "tag.h"
 #include "tcache.h"
+#include "types.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -50,7 +55,7 @@ static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t thread_key;
 static _Atomic uint64_t next_pool_id = 1;
 static _Thread_local gm_tcache *tls_list;
-_Thread_local gm_tcache *tls_last; /* internal.h: live_map_shared_locked reads it */
+_Thread_local gm_tcache *tls_last; /* tcache.h: live_map_shared_locked reads it */
 
 uint64_t tcache_next_pool_id(void)
 {

@@ -27,7 +27,12 @@
  *
  * Without the setting, or when the thread cannot start, segment.c reaps inline as before.
  */
-#include "internal.h"
+#include "counters.h"
+#include "events.h"
+#include "lock.h"
+#include "segment.h"
+#include "types.h"
+#include "unmapper.h"
 
 #include <sched.h>
 #include <string.h>

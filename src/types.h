@@ -1,5 +1,8 @@
 /*
- * Internal types shared by the pool layers (docs/architecture.md).
+ * The types every layer shares (docs/architecture.md): the pool, its heaps, arenas, spans and
+ * blocks, and the few macros and helpers every file uses. Each module's functions are declared
+ * in its own header (segment.h, cache.h, counters.h, ...); the fields of gm_pool are grouped by
+ * the module that owns them (tests/docs/layers.sh, FIELDS).
  *
  *   gm_pool ─┬─ heaps[] (one per stream that allocated: PyTorch's rule that a strategy's free
  *            │           memory is reused at once only by its own stream)
@@ -16,13 +19,14 @@
  * cache (BLOCK_THREAD) or the pending list (BLOCK_PENDING). Nothing is ever written to device
  * memory.
  */
-#ifndef GM_INTERNAL_H
-#define GM_INTERNAL_H
+#ifndef GM_TYPES_H
+#define GM_TYPES_H
 
 #include "backend.h"
 #include "gpumem.h"
 #include "hashmap.h"
 #include "hostmem.h"
+#include "lock.h"
 #include "streammap.h"
 
 #include <assert.h>
@@ -357,133 +361,7 @@ typedef struct handle_slot {
     uint32_t next_free;
 } handle_slot;
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-static inline void spin_lock(atomic_flag *f)
-{
-    while (atomic_flag_test_and_set_explicit(f, memory_order_acquire))
-        cpu_relax();
-}
-static inline void spin_unlock(atomic_flag *f)
-{
-    atomic_flag_clear_explicit(f, memory_order_release);
-}
-
-/* The pool lock: a futex mutex with three states (Drepper, "Futexes Are Tricky", mutex 2):
- * 0 free, 1 held, 2 held and maybe waited for. Taking and dropping it uncontended is one atomic
- * instruction each, inline: glibc's pthread_mutex_lock/unlock were ~53 instructions per
- * gm_alloc/gm_free on the locked path (callgrind, gpt2_train), a tenth of it. It may be held
- * across device calls (growth, release: up to milliseconds), so a waiter spins briefly, then
- * sleeps in the kernel (lock.c). Not recursive, like the default pthread mutex it replaces. */
-typedef struct gm_mutex {
-    _Atomic uint32_t state;
-} gm_mutex;
-
-void gm_mutex_wait(gm_mutex *m); /* the contended paths (lock.c) */
-void gm_mutex_wake(gm_mutex *m);
-
-/* The library's helper threads' timed waits (lock.c; the trace writer, the unmapping thread):
- * a condition variable timed on CLOCK_MONOTONIC, so that a wall-clock jump neither stretches
- * nor cuts a wait (0 on success, as pthread_cond_init), and a wait on it (m held) of at most
- * ns nanoseconds. */
-int gm_cond_init_monotonic(pthread_cond_t *c);
-void gm_cond_wait_ns(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ns);
-
-/* Take the lock; true if another thread held it and this one had to wait. */
-static inline bool gm_mutex_lock_waited(gm_mutex *m)
-{
-    uint32_t free_state = 0;
-    if (atomic_compare_exchange_strong_explicit(&m->state, &free_state, 1, memory_order_acquire,
-                                                memory_order_relaxed))
-        return false;
-    gm_mutex_wait(m);
-    return true;
-}
-static inline void gm_mutex_lock(gm_mutex *m)
-{
-    (void)gm_mutex_lock_waited(m);
-}
-static inline void gm_mutex_unlock(gm_mutex *m)
-{
-    if (atomic_exchange_explicit(&m->state, 0, memory_order_release) == 2)
-        gm_mutex_wake(m);
-}
-
-/* --- tracing.c: the program's trace (gm_config.trace_file; docs/tracing.md) --- */
 typedef struct gm_trace gm_trace;
-gm_status tracing_open(const char *path, gm_trace **out, char *why, size_t n);
-void tracing_close(gm_trace *t);                              /* flushes; NULL is a no-op */
-
-/* A record of the ring (tracing.c): the pointer with its kind in the low bits, and the size;
- * or a context record (time, thread, stream). */
-typedef struct trace_record {
-    uint64_t word;
-    uint64_t value;
-} trace_record;
-enum { TRACE_ALLOC = 0, TRACE_FAILURE = 1, TRACE_FREE = 2 };
-/* The program's side of a gm_trace, its first member: what the appending call reads. `limit`
- * is where the fast path stops: the end of the buffer, or 0 when the writer's clock ticked or
- * a thread that recorded exited (the slow path then writes the context and restores it). */
-typedef struct trace_hot {
-    _Atomic(trace_record *) next; /* the next free record */
-    _Atomic uintptr_t limit;
-    uintptr_t last_self;   /* the thread pointer of the last thread record */
-    uintptr_t last_stream; /* the stream of the last stream record */
-} trace_hot;
-void tracing_append_slow(gm_trace *t, uint64_t word, uint64_t value, gm_stream stream);
-
-/* The calling thread's identity as the fast path compares it: the thread pointer, one load. */
-static inline uintptr_t trace_thread_self(void)
-{
-#if defined(__x86_64__) || defined(__aarch64__)
-    return (uintptr_t)__builtin_thread_pointer();
-#else
-    return (uintptr_t)pthread_self();
-#endif
-}
-
-/* Append a record, under the pool lock (which serializes every caller: no lock of the
- * tracer's own). Inline in gm_alloc / gm_free: about 12 instructions when the buffer has room
- * and thread and stream are the last record's; the rest is a call. */
-static inline void tracing_append(gm_trace *t, uint64_t word, uint64_t value, gm_stream stream)
-{
-    trace_hot *h = (trace_hot *)(void *)t;
-    trace_record *r = atomic_load_explicit(&h->next, memory_order_relaxed);
-    if (GM_UNLIKELY((uintptr_t)r >= atomic_load_explicit(&h->limit, memory_order_relaxed) ||
-                    (uintptr_t)stream != h->last_stream ||
-                    trace_thread_self() != h->last_self)) {
-        tracing_append_slow(t, word, value, stream);
-        return;
-    }
-    atomic_store_explicit(&h->next, r + 1, memory_order_relaxed);
-    /* Own the line 4 ahead before it is written: the writer thread read it last, and a store
-     * that misses makes the pool lock's release wait for it (on dev: 1.09x -> 1.02x the
-     * untraced pool's time per call on gpt2_generate, docs/tracing.md). Past the ring's end it
-     * is a hint to nothing. */
-    __builtin_prefetch(r + 16, 1, 3);
-    r->word = word;
-    r->value = value;
-}
-static inline void tracing_alloc(gm_trace *t, void *ptr, size_t size, gm_stream stream)
-{
-    tracing_append(t, (uintptr_t)ptr | TRACE_ALLOC, size, stream);
-}
-static inline void tracing_alloc_failed(gm_trace *t, size_t size, gm_stream stream)
-{
-    tracing_append(t, TRACE_FAILURE, size, stream);
-}
-/* A free gm_free accepts, of a gm_alloc block of `size` requested bytes, under the pool lock
- * before the block goes back. */
-static inline void tracing_free(gm_trace *t, void *ptr, size_t size, gm_stream stream)
-{
-    tracing_append(t, (uintptr_t)ptr | TRACE_FREE, size, stream);
-}
 
 /* A live block's contents saved in pinned host memory while the pool sleeps (sleep.c). */
 typedef struct sleep_saved {
@@ -546,7 +424,6 @@ struct gm_pool {
     stream_map synced_index;
     size_t unsynced_unlisted; /* streams that freed memory that could be neither listed nor
                                  synchronized (events.c): no memory goes back to the device */
-
 
     /* Counters of the locked path (under lock); the lock-free path keeps its own deltas in
      * each tcache, and pool_totals_locked adds them up. The four byte counters are atomic so
@@ -633,148 +510,6 @@ struct gm_pool {
                          pool_unlock clears it, so no failure reports an older message */
 };
 
-/* --- counters.c: the pool's counters (every layer may count) --- */
-/* Reserved bytes went up (grow) or down by `bytes`; the peak follows. */
-void pool_note_reserved_locked(gm_pool *pool, size_t bytes, bool grow);
-/* Device calls: count each and charge its device time to the pool. */
-void device_call_begin(gm_pool *pool);
-gm_status device_call_end(gm_pool *pool, gm_call kind, gm_status st);
-/* Device time charged to the pool's calls so far: device_call_ns summed over the kinds. */
-uint64_t pool_device_time_ns(const gm_pool *pool);
-/* The comma operator sequences the clock read before the call. */
-#define DEVICE_CALL(pool, kind, expr) (device_call_begin(pool), device_call_end((pool), (kind), (expr)))
-/* The host waits for stream s's queued work: counted and timed as GM_CALL_STREAM_SYNC. */
-static inline gm_status pool_stream_sync(gm_pool *pool, gm_stream s)
-{
-    return DEVICE_CALL(pool, GM_CALL_STREAM_SYNC, pool->backend->ops->stream_sync(pool->backend, s));
-}
-/* The arena whose pages hold alias al (segment.c). */
-static inline gm_arena *vmm_alias_arena(gm_pool *pool, const vmm_alias *al)
-{
-    return &pool->heaps[al->heap].arenas[al->kind];
-}
-/* The pool's figures with every thread cache's deltas added. */
-typedef struct pool_totals {
-    size_t live_bytes, allocated_bytes, live_blocks;
-    uint64_t alloc_count, free_count, thread_hits;
-    size_t thread_cached_blocks, thread_cached_bytes;
-} pool_totals;
-void pool_totals_locked(gm_pool *pool, pool_totals *out);
-/* Raise the live and allocated peaks to the totals (every locked allocation). */
-void pool_update_peaks_locked(gm_pool *pool);
-
-static inline int64_t signed_of(size_t v)
-{
-    return (int64_t)v;
-}
-
-/* Raise *peak to v (a compare-exchange: the fast path of a lone thread raises it too). */
-static inline void peak_raise(_Atomic size_t *peak, size_t v)
-{
-    size_t cur = atomic_load_explicit(peak, memory_order_relaxed);
-    while (v > cur &&
-           !atomic_compare_exchange_weak_explicit(peak, &cur, v, memory_order_relaxed,
-                                                  memory_order_relaxed))
-        ;
-}
-
-/* A block of `requested` bytes (granted `size`) became live (alloc) or was freed. The caller
- * passes the sizes: gm_alloc has them in registers, where a load from the block after the shard
- * lock's atomic would be repeated. */
-static inline void note_live(gm_pool *pool, size_t requested, size_t size, bool alloc)
-{
-    /* written only under the pool lock, read without it: relaxed, no locked instruction */
-    size_t live = atomic_load_explicit(&pool->live_bytes, memory_order_relaxed);
-    size_t allocated = atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed);
-    if (!alloc) {
-        atomic_store_explicit(&pool->live_bytes, live - requested, memory_order_relaxed);
-        atomic_store_explicit(&pool->allocated_bytes, allocated - size, memory_order_relaxed);
-        pool->live_blocks--;
-        return;
-    }
-    atomic_store_explicit(&pool->live_bytes, live + requested, memory_order_relaxed);
-    atomic_store_explicit(&pool->allocated_bytes, allocated + size, memory_order_relaxed);
-    pool->live_blocks++;
-    pool_update_peaks_locked(pool);
-}
-
-/* --- events.c: reusable events and the streams to synchronize --- */
-/* An event from the pool's free events, or a new one. */
-gm_status pool_event_get_locked(gm_pool *pool, gm_event *out);
-/* Give an event back for reuse (destroyed if host memory is exhausted; a failed destruction is
- * counted in events_lost). */
-void pool_event_put_locked(gm_pool *pool, gm_event ev);
-GM_COLD void add_stream_for_sync(gm_pool *pool, gm_stream s);
-/* Streams to synchronize checked by a scan before the index is asked: a scan over every
- * stream that freed memory made each locked gm_free O(streams). */
-enum { SYNC_SCAN = 8 };
-/* Remember that `s` freed memory: it is synchronized before memory is unmapped or freed.
- * Inline: every locked gm_free calls it. */
-static inline void note_stream_for_sync(gm_pool *pool, gm_stream s)
-{
-    for (size_t i = 0; i < pool->synced_scan; i++)
-        if (pool->synced_streams[i] == s)
-            return;
-    add_stream_for_sync(pool, s);
-}
-/* Synchronize every stream noted since the last time. A stream whose synchronization fails
- * stays noted (tried again next time) and the first failure is returned: the caller must then
- * not unmap or free anything, as the device may still be using it. */
-gm_status sync_streams_locked(gm_pool *pool);
-
-/* --- growth.c: plain segment sizing and growth (a pool policy) --- */
-/* Bytes of a new plain segment of arena a to serve a block of `granted` bytes. */
-size_t arena_segment_size(const gm_pool *pool, const gm_arena *a, size_t granted);
-/* Grow plain arena a by a segment for `granted` bytes, making room under the reserve limit and
- * the release policy first. */
-gm_status grow_plain_locked(gm_pool *pool, gm_arena *a, size_t granted);
-
-/* --- error.c: reporting failures --- */
-/* Record the message of a failure of the call in progress; returns st. */
-gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-gm_status pool_unlock(gm_pool *pool, gm_status st); /* unlock; publish a failure */
-gm_status fail_no_pool(gm_status st, const char *fn, const char *what);
-/* GM_ERR_INVALID_ARGUMENT for a public call's bad arguments: recorded by the pool when there is
- * one (gm_last_error(pool), the error callback), else as fail_no_pool. */
-gm_status fail_arg(gm_pool *pool, const char *fn, const char *what);
-/* Explain why `addr` is not a live block of this pool (double free, interior, foreign). */
-gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn);
-/* "1.50 GiB" (binary units; whole bytes below 1 KiB) into buf: messages and gm_pool_summary. */
-void pool_format_bytes(char *buf, size_t len, size_t bytes);
-/* The pool is going away: this thread's message no longer names it. */
-void error_forget_pool(const gm_pool *pool);
-
-/* --- stats.c --- */
-void debug_validate_locked(gm_pool *pool); /* GM_DEBUG 3: gm_pool_check holds, or abort */
-
-/* --- tag.c: tags (docs/sleep.md) --- */
-/* The calling thread's current tag (0 = "default"): both allocation paths store it in the
- * block (gm_block.tag_id). */
-extern _Thread_local uint8_t gm_tag_tls;
-const char *tag_name(unsigned id); /* "?" for an id no name has */
-/* The id of tag `name` (len bytes, not NUL-terminated). `add`: interned if new (fails when the
- * table is full); else GM_TAG_MAX + 1 for a name no block can have. A bad name:
- * GM_ERR_INVALID_ARGUMENT; *why says what is wrong. */
-gm_status tag_lookup(const char *name, size_t len, bool add, unsigned *out, const char **why);
-
-/* --- sleep.c: gm_pool_sleep / gm_pool_wake (docs/sleep.md) --- */
-/* gm_trim: on a sleeping pool release again what the sleep could not give back; on an awake one
- * free the pinned host buffer the last sleep kept for the next. */
-gm_status sleep_trim_locked(gm_pool *pool);
-/* At destruction: free the host copies (the pool lock held). Returns the releases that failed. */
-uint64_t sleep_fini_locked(gm_pool *pool);
-/* gm_pool_check's part while asleep: nothing may allocate, no old mapping remains, the free
- * bytes (`free_bytes`, on pages still mapped) fit in what is held, the saved blocks in the host
- * buffer. */
-gm_status sleep_check_locked(gm_pool *pool, size_t free_bytes, size_t unreleased);
-/* The reserve limit to apply now: `limit` awake, kept for the wake while asleep. */
-void sleep_set_limit_locked(gm_pool *pool, size_t limit);
-
-/* --- pool.c, alloc.c: the front door --- */
-
-
-
 /* A request routed and rounded once per gm_alloc: the thread cache and the locked path both
  * use it. grant() depends only on the configuration and the arena kind, so the pool's
  * state-only grant_arenas give every heap's granted size. */
@@ -785,203 +520,6 @@ typedef struct gm_request {
     const char *why; /* kind < 0: the reason */
 } gm_request;
 
-/* The locked allocation path of gm_alloc (after the thread cache): the block is live and in
- * the live map, with b->handle = `handle`, when it returns GM_OK. Unlocks nothing. */
-gm_status pool_alloc_locked(gm_pool *pool, size_t size, gm_stream stream, uint32_t handle,
-                            gm_block **out);
-/* retire.c: take a live block out of the live map and free it on `stream` (gm_free's locked
- * path); finish the pending frees whose events completed. */
-void process_pending_locked(gm_pool *pool);
-void pool_free_block_locked(gm_pool *pool, gm_block *b, gm_stream stream);
-/* --- oom.c: the out-of-memory ladder, its message, draining the caches --- */
-/* Every cached block (the threads', the pool's) back to its strategy; pending frees whose
- * events completed finish. Never waits for the device. */
-void pool_evict_caches_locked(gm_pool *pool);
-/* Empty the threads' caches, the pool's cache and the pending list as far as the device allows:
- * evict, wait for the streams that freed memory, finish pending frees, again. Fails when the
- * streams could not be synchronized (their memory then stays reserved). */
-gm_status drain_locked(gm_pool *pool);
-/* gm_alloc's refusals of a request no memory could serve (size 0, a size or kind the
- * configuration refuses, past the device or the reserve limit), with their messages. */
-GM_COLD gm_status alloc_refused_locked(gm_pool *pool, const gm_request *rq, gm_stream stream);
-/* The arena had no block for the request (st: why): the out-of-memory ladder, then the failure
- * with its message. GM_OK with *out set if the ladder found a block. */
-GM_COLD gm_status alloc_missed_locked(gm_pool *pool, gm_arena *a, const gm_request *rq,
-                                      gm_stream stream, gm_status st, gm_block **out);
-
-
-/* --- share.c: peer access and IPC exports (docs/multi-gpu.md) --- */
-/* Give every peer access to the VMM pages just mapped at [addr, addr + size). */
-gm_status peer_grant_locked(gm_pool *pool, uintptr_t addr, size_t size);
-/* gm_free of a block flagged BLOCK_EXPORTED or BLOCK_HELD: defer it (or report a double free). */
-gm_status share_free_exported_locked(gm_pool *pool, gm_block *b, gm_stream stream);
-void share_fini(gm_pool *pool); /* at destroy: unexport everything */
-void share_stats_locked(const gm_pool *pool, gm_stats *out);
-size_t share_block_exports_locked(const gm_pool *pool, const gm_block *b);
-/* The records agree with the blocks: `exported_in_spans` live blocks flagged exported. */
-gm_status share_check_locked(gm_pool *pool, size_t exported_in_spans);
-
-/* --- defrag.c --- */
-void defrag_init(gm_pool *pool);    /* install the ladder hook */
-void defrag_fini(gm_pool *pool);    /* free the handle table */
-/* gm_pool_check's part: every used handle slot points at a live block that points back; the
- * movable and pinned counters match; `movable_in_spans` live blocks with a handle were found
- * by the span walk (which checked that each one's slot points back at it). */
-gm_status defrag_check_locked(gm_pool *pool, size_t movable_in_spans);
-
-/* --- tcache.c: per-thread lock-free caches --- */
-/* The thread's cached block for rq on `stream`, without the pool lock; false on a miss (a
- * thread without a cache registers one first), which a request of granted size 0 (size 0, or
- * refused by the configuration) always is. */
-bool tcache_alloc(gm_pool *pool, const gm_request *rq, gm_stream stream, void **out);
-bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream);
-void tcache_register(gm_pool *pool);
-/* Wake the dormant thread caches (pool lock held): the fast path runs from the next call. */
-void tcache_engage_locked(gm_pool *pool);
-void tcache_stop_world_locked(gm_pool *pool);  /* lock every tcache and shard */
-void tcache_start_world_locked(gm_pool *pool);
-void tcache_flush_all_locked(gm_pool *pool);   /* world stopped: retire every thread's blocks */
-/* Before the pool grows: every thread's cached blocks back to the pool (stopping the world);
- * false if there were none. */
-bool tcache_reclaim_locked(gm_pool *pool);
-void tcache_detach_all(gm_pool *pool);         /* at destroy: flush and forget every tcache */
-uint64_t tcache_next_pool_id(void);
-void block_retire_locked(gm_pool *pool, gm_block *b);
-/* This thread's most recently used thread cache (tcache.c), or NULL. */
-extern _Thread_local gm_tcache *tls_last;
-
-/* Under the pool lock: may another thread be touching the live map? Only a thread with a
- * registered thread cache of this pool reaches the lock-free path (tcache.c), and registering
- * takes the pool lock; so while no cache is registered, or only this thread's, nobody else
- * can, and the locked gm_alloc and gm_free skip the shard's spin lock (an atomic exchange each,
- * ~20 cycles). A second thread's registration waits for the pool lock, which orders it after
- * every access made here without the shard lock. */
-static inline bool live_map_shared_locked(gm_pool *pool)
-{
-    unsigned n = atomic_load_explicit(&pool->tc_count, memory_order_relaxed);
-    return n > 1 || (n == 1 && pool->tcaches != tls_last);
-}
-
-/* The live-map shard of a block's address: inline, as the lock-free path calls it twice. */
-static inline live_shard *shard_of(gm_pool *pool, uintptr_t addr)
-{
-    return &pool->shards[align_hash(addr) >> 58]; /* the top 6 bits: LIVE_SHARDS == 64 */
-}
-static_assert(LIVE_SHARDS == 64, "shard_of takes 6 bits");
-
-/* --- cache.c --- */
-void cache_init(gm_cache *c, const gm_config *cfg, size_t capacity);
-bool cache_put_locked(gm_pool *pool, gm_block *b); /* false: not cached (disabled, too big) */
-gm_block *cache_take_locked(gm_pool *pool, size_t granted, gm_stream s);
-bool cache_evict_all_locked(gm_pool *pool); /* false: the cache was empty */
-bool cache_evict_one_locked(gm_pool *pool); /* false: the cache is empty */
-/* Evict the oldest cached block of arena a (it coalesces there); false if it has none. O(n). */
-bool cache_evict_arena_locked(gm_pool *pool, const gm_arena *a);
-void cache_stats_locked(const gm_pool *pool, gm_stats *out);
-gm_status cache_check_locked(const gm_pool *pool, size_t *blocks, char *why, size_t len);
-
-/* --- segment.c: spans, VMM pages --- */
-gm_status span_create_plain_locked(gm_pool *pool, gm_arena *a, size_t size, gm_span **out);
-/* The first virtual range of VMM arena a, which serves a first request of `granted` bytes: the
- * first heap's arenas reserve vmm_reserve_bytes, other heaps' a range of
- * max(2 x granted, VMM_RUN_PAGES pages) that grows (vmm_grow_locked). */
-gm_status span_create_vmm_locked(gm_pool *pool, gm_arena *a, size_t granted);
-/* A side heap's arena (not the first heap's) whose ranges have no free run of `granted` bytes:
- * a new range as large as its ranges together (at least the request), while they stay within
- * vmm_reserve_bytes; GM_ERR_OUT_OF_MEMORY when they would not (stitching follows). */
-gm_status vmm_grow_locked(gm_pool *pool, gm_arena *a, size_t granted);
-/* Stitching: the arena's ranges have no free run of `granted` bytes; reserve a new range of
- * that size (a new span), whose pages the next pages_acquire maps from free physical pages of
- * the pool (idle pages unmapped from their old place) before any new ones. */
-gm_status vmm_stitch_locked(gm_pool *pool, gm_arena *a, size_t granted);
-/* The range that holds address `addr` of VMM arena a. */
-const vmm_range *vmm_range_of(const gm_arena *a, uintptr_t addr);
-/* gm_config.vmm_mapped_first: the smallest stretch of free block b on mapped pages that holds
- * `granted` bytes and is smaller than `below` (its size, or SIZE_MAX; its offset in *off). */
-size_t vmm_best_hole(const gm_arena *a, const gm_block *b, size_t granted, size_t below,
-                     size_t *off);
-/* gm_trim: release every range of VMM arena a when none of its pages is mapped. */
-void vmm_release_ranges_locked(gm_pool *pool, gm_arena *a);
-/* Give wholly free span s back to the device; when the device call fails nothing changes and
- * its status is returned. The force variant (pool destruction) forgets the span anyway and
- * returns the device call's status (a failure is memory left on the device). */
-gm_status span_release_locked(gm_pool *pool, gm_span *s);
-gm_status span_release_force_locked(gm_pool *pool, gm_span *s);
-gm_status pages_acquire_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);
-void pages_drop_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);
-size_t pages_unmap_idle_locked(gm_pool *pool, gm_arena *a, size_t max_pages);
-/* Release the handles whose release failed before (they stay reserved until it works). */
-void unreleased_retry_locked(gm_pool *pool);
-/* Unmap the old mappings of recycled runs whose work has finished, oldest first: without
- * `wait` up to the first still running (no wait), with it all of them (waiting for their
- * streams). Returns the first failure; what failed stays for a later call. */
-gm_status vmm_aliases_reap_locked(gm_pool *pool, bool wait);
-/* unmapper.c: whether the work before alias al's fence has finished (`wait`: wait for it; a
- * failed query says nothing about the work, so a synchronization of its stream answers then);
- * the bookkeeping once its pages are unmapped (no longer retiring, the fence back).
- * The unmapping thread (gm_config.vmm_unmap_thread). kick: new old mappings wait
- * (starts the thread at the first; false when it cannot run: the caller reaps inline). settle:
- * account for the mapping the thread unmapped, or with `wait` first wait while it is at it (one
- * device call), so that every alias is in pool->aliases again or gone. stop: end the thread,
- * before the pool is torn down (the pool lock not held). */
-bool vmm_alias_done_locked(gm_pool *pool, const vmm_alias *al, bool wait);
-void vmm_alias_unmapped_locked(gm_pool *pool, const vmm_alias *al);
-bool unmapper_kick_locked(gm_pool *pool);
-void unmapper_settle_locked(gm_pool *pool, bool wait);
-void unmapper_stop(gm_pool *pool);
-/* The old mapping out of pool->aliases with the unmapping thread (being unmapped, or unmapped
- * and not settled yet), or NULL. */
-static inline const vmm_alias *unmapper_cur(const gm_pool *pool)
-{
-    return atomic_load_explicit(&pool->unmap.state, memory_order_acquire) != UNMAP_IDLE
-               ? &pool->unmap.cur
-               : NULL;
-}
-/* Whether an old mapping is outstanding, in the list or with the unmapping thread. */
-static inline bool vmm_aliases_any(const gm_pool *pool)
-{
-    return pool->alias_count || unmapper_cur(pool);
-}
-/* Whether mapping [addr, addr + size) of VMM arena a would first have to wait for the device:
- * an old mapping whose work has not finished still holds some of its pages. */
-bool vmm_pages_wait_locked(gm_pool *pool, gm_arena *a, uintptr_t addr, size_t size);
-/* The first address of VMM span s past every page its range ever mapped. */
-uintptr_t vmm_fresh_addr(const gm_arena *a, const gm_span *s);
-/* The whole mappings (runs) covering [addr, addr + size) of VMM arena a, all mapped: what an
- * IPC export or an access grant must name. */
-void vmm_mapping_bounds(const gm_arena *a, uintptr_t addr, size_t size, uintptr_t *base,
-                        size_t *len);
-size_t release_free_memory_locked(gm_pool *pool, size_t target, size_t max_segment);
-/* Sleep and wake (sleep.c). Unmap and release every run of VMM arena a, idle or in use, keeping
- * the page table's users (the blocks keep their addresses). A run whose unmap fails stays mapped
- * (and counted); a handle whose release fails goes on the unreleased list. The first failure is
- * returned; the rest are still tried. The caller has synchronized the streams and unmapped
- * every old mapping. */
-gm_status vmm_release_all_locked(gm_pool *pool, gm_arena *a);
-/* Map new runs under every unmapped page of VMM arena a that a block uses (users > 0), in
- * stretches of at most vmm_run_pages pages. On failure what this call mapped stays mapped (the
- * caller releases it with vmm_release_all_locked). */
-gm_status vmm_map_used_locked(gm_pool *pool, gm_arena *a);
-size_t releasable_bytes_locked(gm_pool *pool, size_t max_segment);
-size_t vmm_page_of(const gm_arena *a, uintptr_t addr);
-/* Free memory inside reserved memory: its total, largest range, and sizes by histogram bin. */
-typedef struct free_summary {
-    size_t total, largest;
-    uint64_t histogram[GM_HISTOGRAM_BINS];
-} free_summary;
-void free_summary_locked(gm_pool *pool, free_summary *out);
-
-/* --- config.c --- */
-/* Fill every default of `in` (NULL = all defaults) into *out and check the result, as
- * gm_pool_create does; `be` NULL leaves the device-dependent parts (vmm_reserve_bytes, the VMM
- * check). On failure *out is untouched and `why` says what is wrong (no function prefix). */
-gm_status config_resolve(const gm_backend *be, const gm_config *in, gm_config *out, char *why,
-                         size_t why_len);
-
-/* --- stats.c --- */
-gm_status pool_check_locked(gm_pool *pool);
-
-/* --- small helpers --- */
 static inline size_t round_up(size_t v, size_t to) /* `to` a power of two; no overflow check */
 {
     return (v + to - 1) & ~(to - 1);
@@ -1019,5 +557,4 @@ static inline bool block_sane(const gm_block *b)
              : b->addr + b->size == s->base + s->size;
 }
 
-
-#endif /* GM_INTERNAL_H */
+#endif /* GM_TYPES_H */
