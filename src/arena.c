@@ -43,16 +43,14 @@ GM_COLD gm_heap *heap_add_locked(gm_pool *pool, gm_stream stream)
             return NULL;
         if (pool->heap_count)
             memcpy(heaps, pool->heaps, pool->heap_count * sizeof *heaps);
-        for (size_t i = 0; i < pool->heap_count; i++)
-            for (int k = 0; k < ARENA_COUNT; k++) {
-                gm_arena *a = &heaps[i].arenas[k];
-                a->heap = &heaps[i];
-                for (gm_span *s = a->spans; s; s = s->next)
-                    s->arena = a;
-            }
         free(pool->heaps);
         pool->heaps = heaps;
         pool->heap_cap = cap;
+        HEAPS_FOR_EACH_ARENA(pool, i, a) {
+            a->heap = &heaps[i];
+            for (gm_span *s = a->spans; s; s = s->next)
+                s->arena = a;
+        }
     }
     gm_heap *h = &pool->heaps[pool->heap_count++];
     memset(h, 0, sizeof *h);

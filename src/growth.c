@@ -113,11 +113,10 @@ static size_t policy_segment_size(const gm_pool *pool, const gm_arena *a, size_t
 /* Whether a plain segment of the pool is wholly free (the initial reserve included). */
 static bool any_free_segment(const gm_pool *pool)
 {
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++)
-            for (const gm_span *s = pool->heaps[h].arenas[k].spans; s; s = s->next)
-                if (!s->vmm && !s->live_blocks)
-                    return true;
+    HEAPS_FOR_EACH_ARENA(pool, h, a)
+        for (const gm_span *s = a->spans; s; s = s->next)
+            if (!s->vmm && !s->live_blocks)
+                return true;
     return false;
 }
 

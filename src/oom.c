@@ -139,9 +139,8 @@ static GM_COLD gm_status oom_ladder_locked(gm_pool *pool, gm_arena **ap, size_t 
     (void)drain_locked(pool); /* a failed sync: the release below keeps that memory */
     release_free_memory_locked(pool, 0, SIZE_MAX);
     if (pool->va_refused) /* the address space ran out: ranges that hold nothing go back */
-        for (size_t h = 0; h < pool->heap_count; h++)
-            for (int k = 0; k < ARENA_COUNT; k++)
-                vmm_release_ranges_locked(pool, &pool->heaps[h].arenas[k]);
+        HEAPS_FOR_EACH_ARENA(pool, h, each)
+            vmm_release_ranges_locked(pool, each);
     if ((st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
         return st;
     pool->oom_ladder[2]++;

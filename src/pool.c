@@ -232,16 +232,14 @@ static uint64_t pool_teardown(gm_pool *pool)
                 block_release_locked(pool, b);
             }
     }
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++) {
-            gm_arena *a = &pool->heaps[h].arenas[k];
-            if (a->pages)
-                pages_unmap_idle_locked(pool, a, SIZE_MAX);
-            lost += a->mapped_pages; /* pages whose unmap the device refused */
-            while (a->spans)
-                lost += span_release_force_locked(pool, a->spans) != GM_OK;
-            a->ops->fini(&pool->strat, a);
-        }
+    HEAPS_FOR_EACH_ARENA(pool, h, a) {
+        if (a->pages)
+            pages_unmap_idle_locked(pool, a, SIZE_MAX);
+        lost += a->mapped_pages; /* pages whose unmap the device refused */
+        while (a->spans)
+            lost += span_release_force_locked(pool, a->spans) != GM_OK;
+        a->ops->fini(&pool->strat, a);
+    }
     lost += sleep_fini_locked(pool); /* a sleeping pool's host copies */
     for (size_t i = 0; i < pool->event_count; i++) /* a refused one is left to the device */
         lost += DEVICE_CALL(pool, GM_CALL_EVENT_DESTROY,
@@ -320,9 +318,8 @@ gm_status gm_trim(gm_pool *pool, size_t keep_bytes)
                               gm_backend_last_error(), gm_status_str(st));
     release_free_memory_locked(pool, keep_bytes, SIZE_MAX);
     if (keep_bytes == 0) /* also give back virtual ranges that hold nothing */
-        for (size_t h = 0; h < pool->heap_count; h++)
-            for (int k = 0; k < ARENA_COUNT; k++)
-                vmm_release_ranges_locked(pool, &pool->heaps[h].arenas[k]);
+        HEAPS_FOR_EACH_ARENA(pool, h, a)
+            vmm_release_ranges_locked(pool, a);
     /* Asleep: what the sleep could not give back, again; awake: the pinned buffer it kept. */
     if (st == GM_OK && (pool->sleep.asleep || (keep_bytes == 0 && pool->sleep.host)))
         st = sleep_trim_locked(pool);

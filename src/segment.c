@@ -206,9 +206,8 @@ gm_status vmm_grow_locked(gm_pool *pool, gm_arena *a, size_t granted)
 static size_t idle_pages_locked(const gm_pool *pool)
 {
     size_t n = 0;
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++)
-            n += pool->heaps[h].arenas[k].idle_pages;
+    HEAPS_FOR_EACH_ARENA(pool, h, a)
+        n += a->idle_pages;
     return n;
 }
 
@@ -878,12 +877,11 @@ static gm_status run_recycle(gm_pool *pool, gm_arena *a, size_t p, size_t max_pa
     /* Other arenas only when some of them hold an idle run: a walk over every heap at each new
      * stretch of pages made a pool of thousands of streams quadratic. */
     bool elsewhere = pool->vmm_idle_runs > a->idle_run_count;
-    for (size_t i = 0; h == PAGE_NONE && elsewhere && i < pool->heap_count; i++)
-        for (int k = 0; h == PAGE_NONE && k < ARENA_COUNT; k++) {
-            from = &pool->heaps[i].arenas[k];
-            if (from != a && from->idle_pages)
-                h = idle_run_find(from, max_pages);
-        }
+    HEAPS_FOR_EACH_ARENA_WHILE(pool, i, each, h == PAGE_NONE && elsewhere) {
+        from = each;
+        if (from != a && from->idle_pages)
+            h = idle_run_find(from, max_pages);
+    }
     *moved = 0;
     if (h == PAGE_NONE)
         return GM_OK;
@@ -1095,23 +1093,22 @@ static size_t free_spans_locked(gm_pool *pool, size_t target, size_t max_segment
 {
     size_t n = 0, cap = 0;
     gm_span **v = NULL;
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++)
-            for (gm_span *s = pool->heaps[h].arenas[k].spans; s; s = s->next) {
-                if (!span_releasable(s, target, max_segment))
-                    continue;
-                if (n == cap) {
-                    cap = cap ? cap * 2 : 16;
-                    gm_span **grown = gm_host_realloc(v, cap * sizeof *v);
-                    if (!grown) {
-                        free(v);
-                        *out = NULL;
-                        return 0;
-                    }
-                    v = grown;
+    HEAPS_FOR_EACH_ARENA(pool, h, a)
+        for (gm_span *s = a->spans; s; s = s->next) {
+            if (!span_releasable(s, target, max_segment))
+                continue;
+            if (n == cap) {
+                cap = cap ? cap * 2 : 16;
+                gm_span **grown = gm_host_realloc(v, cap * sizeof *v);
+                if (!grown) {
+                    free(v);
+                    *out = NULL;
+                    return 0;
                 }
-                v[n++] = s;
+                v = grown;
             }
+            v[n++] = s;
+        }
     if (n > 1)
         qsort(v, n, sizeof *v, span_size_cmp);
     *out = v;
@@ -1123,11 +1120,10 @@ static size_t free_spans_locked(gm_pool *pool, size_t target, size_t max_segment
 size_t releasable_bytes_locked(gm_pool *pool, size_t max_segment)
 {
     size_t total = 0;
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++)
-            for (gm_span *s = pool->heaps[h].arenas[k].spans; s; s = s->next)
-                if (span_releasable(s, SIZE_MAX, max_segment))
-                    total += s->size;
+    HEAPS_FOR_EACH_ARENA(pool, h, a)
+        for (gm_span *s = a->spans; s; s = s->next)
+            if (span_releasable(s, SIZE_MAX, max_segment))
+                total += s->size;
     return total;
 }
 
@@ -1146,13 +1142,11 @@ size_t release_free_memory_locked(gm_pool *pool, size_t target, size_t max_segme
     for (size_t i = 0; i < n && pool->reserved_bytes > target; i++)
         span_release_locked(pool, spans[i]);
     free(spans);
-    for (size_t h = 0; h < pool->heap_count && pool->reserved_bytes > target; h++)
-        for (int k = 0; k < ARENA_COUNT && pool->reserved_bytes > target; k++) {
-            gm_arena *a = &pool->heaps[h].arenas[k];
-            if (a->pages)
-                pages_unmap_idle_locked(pool, a,
-                                        (pool->reserved_bytes - target + gran - 1) / gran);
-        }
+    HEAPS_FOR_EACH_ARENA_WHILE(pool, h, a, pool->reserved_bytes > target) {
+        if (a->pages)
+            pages_unmap_idle_locked(pool, a,
+                                    (pool->reserved_bytes - target + gran - 1) / gran);
+    }
     return before - pool->reserved_bytes;
 }
 
@@ -1212,17 +1206,15 @@ static void add_mapped_runs(free_summary *fs, const gm_arena *a, uintptr_t lo, u
 void free_summary_locked(gm_pool *pool, free_summary *out)
 {
     memset(out, 0, sizeof *out);
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++) {
-            const gm_arena *a = &pool->heaps[h].arenas[k];
-            for (const gm_span *s = a->spans; s; s = s->next)
-                for (const gm_block *b = s->first; b; b = b->phys_next) {
-                    if (!(b->flags & (BLOCK_FREE | BLOCK_CACHED | BLOCK_THREAD)))
-                        continue;
-                    if (s->vmm)
-                        add_mapped_runs(out, a, b->addr, b->addr + b->size);
-                    else
-                        add_free_run(out, b->size);
-                }
-        }
+    HEAPS_FOR_EACH_ARENA(pool, h, a) {
+        for (const gm_span *s = a->spans; s; s = s->next)
+            for (const gm_block *b = s->first; b; b = b->phys_next) {
+                if (!(b->flags & (BLOCK_FREE | BLOCK_CACHED | BLOCK_THREAD)))
+                    continue;
+                if (s->vmm)
+                    add_mapped_runs(out, a, b->addr, b->addr + b->size);
+                else
+                    add_free_run(out, b->size);
+            }
+    }
 }

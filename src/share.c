@@ -56,23 +56,21 @@ static bool peer_listed_locked(const gm_pool *pool, const gm_backend *peer)
 static gm_status peer_grant_mapped_locked(gm_pool *pool, gm_backend *peer)
 {
     gm_backend *be = pool->backend;
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++) {
-            gm_arena *a = &pool->heaps[h].arenas[k];
-            for (size_t r = 0; a->pages && r < a->range_count; r++) {
-                const vmm_range *rg = &a->ranges[r];
-                for (size_t i = 0; i < rg->hwm; i++) {
-                    const vmm_page *pg = &a->pages[rg->first + i];
-                    if (!pg->phys || pg->run != rg->first + i)
-                        continue; /* whole mappings: one grant per run */
-                    uintptr_t addr = rg->base + (i << a->page_shift);
-                    gm_status st = be->ops->peer_map_access(be, peer, addr,
-                                                            pg->run_len * pool->granularity);
-                    if (st != GM_OK)
-                        return st;
-                }
+    HEAPS_FOR_EACH_ARENA(pool, h, a) {
+        for (size_t r = 0; a->pages && r < a->range_count; r++) {
+            const vmm_range *rg = &a->ranges[r];
+            for (size_t i = 0; i < rg->hwm; i++) {
+                const vmm_page *pg = &a->pages[rg->first + i];
+                if (!pg->phys || pg->run != rg->first + i)
+                    continue; /* whole mappings: one grant per run */
+                uintptr_t addr = rg->base + (i << a->page_shift);
+                gm_status st = be->ops->peer_map_access(be, peer, addr,
+                                                        pg->run_len * pool->granularity);
+                if (st != GM_OK)
+                    return st;
             }
         }
+    }
     return GM_OK;
 }
 

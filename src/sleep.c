@@ -92,11 +92,10 @@ static bool block_live(const gm_block *b)
 
 /* Visit every live block of the pool in address order per arena; stops at the first failure. */
 #define FOR_LIVE_BLOCKS(pool, b)                                                               \
-    for (size_t h_ = 0; h_ < (pool)->heap_count; h_++)                                         \
-        for (int k_ = 0; k_ < ARENA_COUNT; k_++)                                               \
-            for (gm_span *s_ = (pool)->heaps[h_].arenas[k_].spans; s_; s_ = s_->next)          \
-                for (gm_block *b = s_->first; b; b = b->phys_next)                             \
-                    if (block_live(b))
+    HEAPS_FOR_EACH_ARENA(pool, h_, a_)                                                         \
+        for (gm_span *s_ = a_->spans; s_; s_ = s_->next)                                       \
+            for (gm_block *b = s_->first; b; b = b->phys_next)                                 \
+                if (block_live(b))
 
 /* The streams the pool has used: every heap's, and those gm_record_stream added to live
  * blocks. Each once. */
@@ -169,15 +168,13 @@ static gm_status host_buffer_free_locked(gm_pool *pool)
 static gm_status release_all_locked(gm_pool *pool)
 {
     gm_status first = GM_OK;
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++) {
-            gm_arena *a = &pool->heaps[h].arenas[k];
-            if (!a->pages)
-                continue;
-            gm_status st = vmm_release_all_locked(pool, a);
-            if (first == GM_OK)
-                first = st;
-        }
+    HEAPS_FOR_EACH_ARENA(pool, h, a) {
+        if (!a->pages)
+            continue;
+        gm_status st = vmm_release_all_locked(pool, a);
+        if (first == GM_OK)
+            first = st;
+    }
     if (pool->unreleased_count)
         unreleased_retry_locked(pool);
     if (first == GM_OK && pool->unreleased_count)
@@ -350,10 +347,9 @@ gm_status gm_pool_wake(gm_pool *pool)
         process_pending_locked(pool);
     pool->limit = z->limit;
     gm_status st = GM_OK;
-    for (size_t h = 0; h < pool->heap_count && st == GM_OK; h++)
-        for (int k = 0; k < ARENA_COUNT && st == GM_OK; k++)
-            if (pool->heaps[h].arenas[k].pages)
-                st = vmm_map_used_locked(pool, &pool->heaps[h].arenas[k]);
+    HEAPS_FOR_EACH_ARENA_WHILE(pool, h, a, st == GM_OK)
+        if (a->pages)
+            st = vmm_map_used_locked(pool, a);
     if (st != GM_OK)
         return pool_unlock(pool, wake_undo_locked(pool, st, "mapping the blocks' memory"));
     stream_list streams = {0};

@@ -208,10 +208,9 @@ gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
     jw_u64(j, "granularity", pool->granularity);
     jw_bool(j, "asleep", st.asleep);
     jw_begin_array(j, "segments");
-    for (size_t h = 0; h < pool->heap_count && !j->failed; h++)
-        for (int k = 0; k < ARENA_COUNT; k++)
-            for (const gm_span *s = pool->heaps[h].arenas[k].spans; s && !j->failed; s = s->next)
-                snapshot_span(pool, j, s, st.peer_devices);
+    HEAPS_FOR_EACH_ARENA_WHILE(pool, h, a, !j->failed)
+        for (const gm_span *s = a->spans; s && !j->failed; s = s->next)
+            snapshot_span(pool, j, s, st.peer_devices);
     jw_end_array(j);
     snapshot_stats(j, &st);
     jw_end_object(j);
@@ -401,16 +400,14 @@ gm_status pool_check_locked(gm_pool *pool)
 {
     recount rc = {0};
     size_t segments = 0;
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++) {
-            const gm_arena *a = &pool->heaps[h].arenas[k];
-            if (a->heap != &pool->heaps[h])
-                return CORRUPT("arena of heap %zu points at another heap", h);
-            gm_status st = check_arena(pool, a, &rc);
-            if (st != GM_OK)
-                return st;
-            segments += a->span_count;
-        }
+    HEAPS_FOR_EACH_ARENA(pool, h, a) {
+        if (a->heap != &pool->heaps[h])
+            return CORRUPT("arena of heap %zu points at another heap", h);
+        gm_status st = check_arena(pool, a, &rc);
+        if (st != GM_OK)
+            return st;
+        segments += a->span_count;
+    }
     char why[256];
     size_t cached = 0;
     if (cache_check_locked(pool, &cached, why, sizeof why) != GM_OK)

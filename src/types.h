@@ -510,6 +510,17 @@ struct gm_pool {
                          pool_unlock clears it, so no failure reports an older message */
 };
 
+/* Every arena of every heap, heap by heap, ARENA_SMALL then ARENA_LARGE: the one walk over the
+ * heaps (arena.c owns the array; everyone else walks it through this). The body sees `h` (size_t,
+ * the heap's index) and `a` (gm_arena *). A `break` leaves only the arenas of one heap: a walk
+ * that stops early says so in `cond`, tested before each arena. */
+#define HEAPS_FOR_EACH_ARENA_WHILE(pool, h, a, cond)                                           \
+    for (size_t h = 0; h < (pool)->heap_count && (cond); h++)                                   \
+        for (gm_arena *a = (pool)->heaps[h].arenas; a < (pool)->heaps[h].arenas + ARENA_COUNT && \
+                                                     (cond);                                    \
+             a++)
+#define HEAPS_FOR_EACH_ARENA(pool, h, a) HEAPS_FOR_EACH_ARENA_WHILE(pool, h, a, true)
+
 /* A request routed and rounded once per gm_alloc: the thread cache and the locked path both
  * use it. grant() depends only on the configuration and the arena kind, so the pool's
  * state-only grant_arenas give every heap's granted size. */
