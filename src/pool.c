@@ -122,6 +122,8 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     pool->cache.park = park_evicted_locked; /* the cache's one way back up (retire.c) */
     pool->seg_hooks.evict_one = evict_one_cached_locked;
     pool->seg_hooks.grant_peers = peer_grant_locked;
+    pool->seg_hooks.span_added = strategy_span_added;
+    pool->seg_hooks.span_leaving = strategy_span_leaving;
     pool->id = tcache_next_pool_id();
     unsigned tcb = pool->cfg.thread_cache_blocks;
     /* A traced pool has no thread caches: every call then takes the pool lock and is recorded

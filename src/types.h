@@ -459,6 +459,10 @@ struct gm_pool {
         bool (*evict_one)(gm_pool *pool);
         /* Give every peer access to the pages just mapped at [addr, addr + size) (share.c). */
         gm_status (*grant_peers)(gm_pool *pool, uintptr_t addr, size_t size);
+        /* Span s joined arena a (its one free block covers it) / is about to leave it (wholly
+         * free): the arena's strategy files or forgets its free blocks (strategy.c). */
+        void (*span_added)(strategy_ctx *sc, gm_arena *a, gm_span *s);
+        void (*span_leaving)(strategy_ctx *sc, gm_arena *a, gm_span *s);
     } seg_hooks;
     /* Ladder step 3: try to make `bytes` contiguous in arena a by compaction (defrag.c); true
      * if it moved anything. */

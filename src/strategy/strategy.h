@@ -85,6 +85,10 @@ const strategy_ops *strategy_of(gm_strategy s, int arena_kind);
 /* The arena (ARENA_SMALL / ARENA_LARGE) that serves a request of `size` bytes, or -1 when the
  * configuration refuses it (with a reason in *why). */
 int strategy_route(const gm_config *c, size_t size, const char **why);
+/* The segments' span hooks (gm_pool.seg_hooks.span_added / span_leaving, installed by pool.c):
+ * span s joined arena a / is about to leave it; its strategy's add_span / remove_span. */
+void strategy_span_added(strategy_ctx *sc, gm_arena *a, gm_span *s);
+void strategy_span_leaving(strategy_ctx *sc, gm_arena *a, gm_span *s);
 
 /* Shared block surgery for strategies, inline: a split and a merge are most of what a take
  * and a give do (the records come from the record allocator, blocks.h). */
