@@ -21,7 +21,7 @@ bool arenas_init(gm_pool *pool, gm_arena *arenas, gm_heap *h)
         gm_arena *a = &arenas[k];
         a->heap = h;
         a->kind = k;
-        a->pool_idle_runs = &pool->vmm_idle_runs;
+        a->pool_idle_runs = &pool->seg.vmm_idle_runs;
         a->idle_head = PAGE_NONE;
         a->ops = strategy_of(pool->cfg.strategy, k);
         if (a->ops->init(&pool->strat, a) != GM_OK) {
@@ -176,14 +176,14 @@ static gm_block *vmm_place_clear(gm_pool *pool, gm_arena *a, gm_block *b, size_t
         return b;
     flags_set(top, 0); /* taken: b's give must not merge it */
     a->ops->give(&pool->strat, a, b); /* still flagged free: back to the free structures */
-    pool->vmm_waits_avoided++;
+    pool->seg.vmm_waits_avoided++;
     return top;
 }
 
 __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_arena *a,
                                                            size_t granted, gm_block **out)
 {
-    pool->va_refused = 0; /* what this attempt's reservations meet is what its failure says */
+    pool->seg.va_refused = 0; /* what this attempt's reservations meet is what its failure says */
     if (!a->spans) {
         gm_status st = span_create_vmm_locked(pool, a, granted);
         if (st != GM_OK)

@@ -342,7 +342,7 @@ static inline size_t cache_cap_now(const gm_pool *pool)
      * never above cap_floor when below CACHE_CAP_FLOOR, so max() gives the floor rule. Most puts
      * take one of the first two answers, which give the same figure (cache_init). */
     const gm_cache *c = &pool->cache;
-    size_t allocated = atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed);
+    size_t allocated = atomic_load_explicit(&pool->counters.allocated_bytes, memory_order_relaxed);
     if (allocated < c->floor_until)
         return c->cap_floor;
     if (allocated < c->dynamic_until)

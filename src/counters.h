@@ -52,17 +52,18 @@ static inline void peak_raise(_Atomic size_t *peak, size_t v)
 static inline void note_live(gm_pool *pool, size_t requested, size_t size, bool alloc)
 {
     /* written only under the pool lock, read without it: relaxed, no locked instruction */
-    size_t live = atomic_load_explicit(&pool->live_bytes, memory_order_relaxed);
-    size_t allocated = atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed);
+    size_t live = atomic_load_explicit(&pool->counters.live_bytes, memory_order_relaxed);
+    size_t allocated = atomic_load_explicit(&pool->counters.allocated_bytes, memory_order_relaxed);
     if (!alloc) {
-        atomic_store_explicit(&pool->live_bytes, live - requested, memory_order_relaxed);
-        atomic_store_explicit(&pool->allocated_bytes, allocated - size, memory_order_relaxed);
-        pool->live_blocks--;
+        atomic_store_explicit(&pool->counters.live_bytes, live - requested, memory_order_relaxed);
+        atomic_store_explicit(&pool->counters.allocated_bytes, allocated - size,
+                              memory_order_relaxed);
+        pool->counters.live_blocks--;
         return;
     }
-    atomic_store_explicit(&pool->live_bytes, live + requested, memory_order_relaxed);
-    atomic_store_explicit(&pool->allocated_bytes, allocated + size, memory_order_relaxed);
-    pool->live_blocks++;
+    atomic_store_explicit(&pool->counters.live_bytes, live + requested, memory_order_relaxed);
+    atomic_store_explicit(&pool->counters.allocated_bytes, allocated + size, memory_order_relaxed);
+    pool->counters.live_blocks++;
     pool_update_peaks_locked(pool);
 }
 

@@ -153,9 +153,9 @@ gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(pool->error_text, sizeof pool->error_text, fmt, ap);
+    vsnprintf(pool->err.text, sizeof pool->err.text, fmt, ap);
     va_end(ap);
-    pool->error_fresh = true;
+    pool->err.fresh = true;
     return st;
 }
 
@@ -168,16 +168,16 @@ gm_status pool_unlock(gm_pool *pool, gm_status st)
     gm_error_fn fn = NULL;
     void *user = NULL;
     if (st != GM_OK) {
-        if (!pool->error_fresh) /* never an earlier call's message */
-            snprintf(pool->error_text, sizeof pool->error_text,
+        if (!pool->err.fresh) /* never an earlier call's message */
+            snprintf(pool->err.text, sizeof pool->err.text,
                      "gpumem: %s (the failing step recorded no detail)", gm_status_str(st));
-        memcpy(tls_error, pool->error_text, sizeof tls_error);
+        memcpy(tls_error, pool->err.text, sizeof tls_error);
         tls_error_pool = pool;
         tls_error_at = backend_error_tick();
-        fn = pool->error_fn;
-        user = pool->error_user;
+        fn = pool->err.fn;
+        user = pool->err.user;
     }
-    pool->error_fresh = false;
+    pool->err.fresh = false;
     gm_mutex_unlock(&pool->lock);
     if (fn)
         fn(user, st, tls_error);
@@ -205,7 +205,7 @@ const char *gm_last_error(gm_pool *pool)
     if (!pool || tls_error_pool == pool)
         return tls_error;
     gm_mutex_lock(&pool->lock);
-    memcpy(tls_error, pool->error_text, sizeof tls_error);
+    memcpy(tls_error, pool->err.text, sizeof tls_error);
     gm_mutex_unlock(&pool->lock);
     tls_error_pool = pool;
     return tls_error;
@@ -216,8 +216,8 @@ gm_status gm_pool_set_error_callback(gm_pool *pool, gm_error_fn fn, void *user)
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_set_error_callback", "pool is NULL");
     gm_mutex_lock(&pool->lock);
-    pool->error_fn = fn;
-    pool->error_user = user;
+    pool->err.fn = fn;
+    pool->err.user = user;
     return pool_unlock(pool, GM_OK);
 }
 

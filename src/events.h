@@ -19,8 +19,8 @@ enum { SYNC_SCAN = 8 };
  * Inline: every locked gm_free calls it. */
 static inline void note_stream_for_sync(gm_pool *pool, gm_stream s)
 {
-    for (size_t i = 0; i < pool->synced_scan; i++)
-        if (pool->synced_streams[i] == s)
+    for (size_t i = 0; i < pool->ev.synced_scan; i++)
+        if (pool->ev.synced_streams[i] == s)
             return;
     add_stream_for_sync(pool, s);
 }

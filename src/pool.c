@@ -75,8 +75,8 @@ gm_status gm_pool_config(gm_pool *pool, gm_config *out)
         return fail_arg(pool, "gm_pool_config", "pool or out is NULL");
     gm_mutex_lock(&pool->lock);
     *out = pool->cfg;
-    out->error_callback = pool->error_fn;
-    out->error_user = pool->error_user;
+    out->error_callback = pool->err.fn;
+    out->error_user = pool->err.user;
     return pool_unlock(pool, GM_OK);
 }
 
@@ -116,25 +116,24 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     pool->debug_check = debug_validate_locked; /* pool_unlock's check at GM_DEBUG 3 */
     pool->granularity = backend->caps.vmm_granularity ? backend->caps.vmm_granularity : 2 * MIB;
     pool->limit = effective_limit(&pool->cfg, backend->caps.capacity);
-    pool->error_fn = pool->cfg.error_callback;
-    pool->error_user = pool->cfg.error_user;
+    pool->err.fn = pool->cfg.error_callback;
+    pool->err.user = pool->cfg.error_user;
     cache_init(&pool->cache, &pool->cfg, backend->caps.capacity);
     pool->cache.park = park_evicted_locked; /* the cache's one way back up (retire.c) */
     pool->seg_hooks.evict_one = evict_one_cached_locked;
-    pool->seg_hooks.grant_peers = peer_grant_locked;
     pool->seg_hooks.span_added = strategy_span_added;
     pool->seg_hooks.span_leaving = strategy_span_leaving;
     pool->id = tcache_next_pool_id();
     unsigned tcb = pool->cfg.thread_cache_blocks;
     /* A traced pool has no thread caches: every call then takes the pool lock and is recorded
      * under it, so the trace is the order the pool served the calls in (docs/tracing.md). */
-    pool->tc_blocks = tcb == GM_THREAD_CACHE_OFF || pool->cfg.cache_disable ||
+    pool->tc.blocks = tcb == GM_THREAD_CACHE_OFF || pool->cfg.cache_disable ||
                               pool->cfg.trace_file[0]
                           ? 0
                       : tcb < 64                                            ? tcb
                                                                             : 64;
-    pool->tc_watch = pool->tc_blocks && !pool->cfg.thread_cache_eager;
-    atomic_init(&pool->tc_live, pool->tc_watch ? 0 : pool->tc_blocks);
+    pool->tc.watch = pool->tc.blocks && !pool->cfg.thread_cache_eager;
+    atomic_init(&pool->tc.live, pool->tc.watch ? 0 : pool->tc.blocks);
     for (int i = 0; i < LIVE_SHARDS; i++)
         atomic_flag_clear(&pool->shards[i].lock);
     atomic_init(&pool->lock.state, 0);
@@ -178,7 +177,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
         gm_mutex_unlock(&pool->lock);
         if (st != GM_OK) {
             if (snprintf(why, sizeof why, "initial reserve of %zu bytes failed: %s", initial,
-                         pool->error_fresh ? pool->error_text : gm_backend_last_error()) < 0)
+                         pool->err.fresh ? pool->err.text : gm_backend_last_error()) < 0)
                 why[0] = '\0';
             gm_pool_destroy_force(pool);
             return fail_no_pool(st, "gm_pool_create", why);
@@ -224,7 +223,7 @@ static uint64_t pool_teardown(gm_pool *pool)
         block_release_locked(pool, b);
     }
     if (vmm_aliases_any(pool) && vmm_aliases_reap_locked(pool, true) != GM_OK)
-        lost += pool->alias_count; /* old mappings of moved runs the device would not end */
+        lost += pool->seg.alias_count; /* old mappings of moved runs the device would not end */
     for (int k = 0; k < LIVE_SHARDS; k++) { /* force: live blocks are dropped */
         block_map *m = &pool->shards[k].map;
         for (size_t i = 0; i < m->cap; i++)
@@ -243,10 +242,10 @@ static uint64_t pool_teardown(gm_pool *pool)
         a->ops->fini(&pool->strat, a);
     }
     lost += sleep_fini_locked(pool); /* a sleeping pool's host copies */
-    for (size_t i = 0; i < pool->event_count; i++) /* a refused one is left to the device */
+    for (size_t i = 0; i < pool->ev.event_count; i++) /* a refused one is left to the device */
         lost += DEVICE_CALL(pool, GM_CALL_EVENT_DESTROY,
-                            be->ops->event_destroy(be, pool->events[i])) != GM_OK;
-    lost += pool->events_lost;
+                            be->ops->event_destroy(be, pool->ev.events[i])) != GM_OK;
+    lost += pool->ev.events_lost;
     for (int k = 0; k < ARENA_COUNT; k++)
         pool->grant_arenas[k].ops->fini(&pool->strat, &pool->grant_arenas[k]);
     gm_mutex_unlock(&pool->lock);
@@ -255,14 +254,14 @@ static uint64_t pool_teardown(gm_pool *pool)
         free(pool->shards[k].map.slots);
     free(pool->heaps);
     free(pool->heap_index.slots);
-    free(pool->synced_index.slots);
-    free(pool->events);
-    if (pool->unreleased_count)
+    free(pool->ev.synced_index.slots);
+    free(pool->ev.events);
+    if (pool->seg.unreleased_count)
         unreleased_retry_locked(pool); /* what still fails is lost with the pool */
-    lost += pool->unreleased_count;
-    free(pool->unreleased);
-    free(pool->aliases);
-    free(pool->synced_streams);
+    lost += pool->seg.unreleased_count;
+    free(pool->seg.unreleased);
+    free(pool->seg.aliases);
+    free(pool->ev.synced_streams);
     defrag_fini(pool);
     error_forget_pool(pool);
     free(pool);
@@ -335,9 +334,9 @@ gm_status gm_pool_reset_peaks(gm_pool *pool)
     gm_mutex_lock(&pool->lock);
     pool_totals t;
     pool_totals_locked(pool, &t);
-    pool->peak_live = t.live_bytes;
-    pool->peak_allocated = t.allocated_bytes;
-    pool->peak_reserved = pool->reserved_bytes;
+    pool->counters.peak_live = t.live_bytes;
+    pool->counters.peak_allocated = t.allocated_bytes;
+    pool->counters.peak_reserved = pool->counters.reserved_bytes;
     return pool_unlock(pool, GM_OK);
 }
 

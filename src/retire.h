@@ -57,7 +57,7 @@ static GM_INLINE void free_on_stream_locked(gm_pool *pool, gm_block *b, gm_strea
 static GM_INLINE void free_unmapped_block_locked(gm_pool *pool, gm_block *b, gm_stream stream)
 {
     note_live(pool, b->requested, b->size, false);
-    pool->free_count++;
+    pool->counters.free_count++;
     note_stream_for_sync(pool, stream);
     free_on_stream_locked(pool, b, stream);
 }

@@ -64,7 +64,7 @@ static gm_status span_new(gm_pool *pool, gm_arena *a, uintptr_t base, size_t siz
     flags_set(b, BLOCK_FREE);
     span_link(a, s);
     pool->seg_hooks.span_added(&pool->strat, a, s);
-    pool->segment_count++;
+    pool->counters.segment_count++;
     *out = s;
     return GM_OK;
 }
@@ -110,7 +110,7 @@ static gm_status vmm_range_add_locked(gm_pool *pool, gm_arena *a, size_t size)
     if (st == GM_OK)
         st = DEVICE_CALL(pool, GM_CALL_VA_RESERVE, be->ops->va_reserve(be, size, gran, &base));
     if (st == GM_ERR_OUT_OF_MEMORY) /* the address space, not the memory: oom.c says so */
-        pool->va_refused = size;
+        pool->seg.va_refused = size;
     gm_span *s = NULL;
     if (st == GM_OK) {
         st = span_new(pool, a, base, size, true, &s);
@@ -141,8 +141,8 @@ static gm_status vmm_range_add_locked(gm_pool *pool, gm_arena *a, size_t size)
     a->ranges[a->range_count++] = (vmm_range){.base = base, .first = a->page_count,
                                               .count = pages};
     a->page_count += pages;
-    pool->va_bytes += size;
-    pool->va_ranges++;
+    pool->seg.va_bytes += size;
+    pool->seg.va_ranges++;
     return GM_OK;
 }
 
@@ -212,7 +212,7 @@ static bool stitch_pays(const gm_pool *pool, size_t granted)
     size_t gran = pool->granularity;
     size_t pages = round_up(granted, gran) / gran, idle = idle_pages_locked(pool);
     size_t grow = pages > idle ? (pages - idle) * gran : 0;
-    return pool->reserved_bytes + grow <= pool->limit;
+    return pool->counters.reserved_bytes + grow <= pool->limit;
 }
 
 gm_status vmm_stitch_locked(gm_pool *pool, gm_arena *a, size_t granted)
@@ -221,7 +221,7 @@ gm_status vmm_stitch_locked(gm_pool *pool, gm_arena *a, size_t granted)
         return GM_ERR_OUT_OF_MEMORY;
     gm_status st = vmm_range_add_locked(pool, a, round_up(granted, pool->granularity));
     if (st == GM_OK)
-        pool->vmm_stitches++;
+        pool->seg.vmm_stitches++;
     return st;
 }
 
@@ -249,8 +249,8 @@ static gm_status span_release_in(gm_pool *pool, gm_span *s, bool force)
         GM_ASSERT(force || a->ranges[r].mapped == 0);
         st = DEVICE_CALL(pool, GM_CALL_VA_RELEASE, be->ops->va_release(be, s->base, s->size));
         if (st == GM_OK || force) {
-            pool->va_bytes -= s->size;
-            pool->va_ranges--;
+            pool->seg.va_bytes -= s->size;
+            pool->seg.va_ranges--;
         }
     } else {
         st = sync_streams_locked(pool); /* failed: queued work may still use it, keep it */
@@ -262,7 +262,7 @@ static gm_status span_release_in(gm_pool *pool, gm_span *s, bool force)
     pool->seg_hooks.span_leaving(&pool->strat, a, s);
     block_delete_locked(&pool->strat.records, s->first);
     span_unlink(a, s);
-    pool->segment_count--;
+    pool->counters.segment_count--;
     if (s->vmm) {
         /* The range's table entries stay (unmapped, unused) until the arena's last range goes:
          * page indices of the other ranges must not shift. */
@@ -352,21 +352,21 @@ size_t releasable_bytes_locked(gm_pool *pool, size_t max_segment)
  * target is below it. Returns the bytes released. */
 size_t release_free_memory_locked(gm_pool *pool, size_t target, size_t max_segment)
 {
-    size_t before = pool->reserved_bytes;
+    size_t before = pool->counters.reserved_bytes;
     size_t gran = pool->granularity;
-    if (pool->unreleased_count)
+    if (pool->seg.unreleased_count)
         unreleased_retry_locked(pool);
     gm_span **spans = NULL;
     size_t n = free_spans_locked(pool, target, max_segment, &spans);
-    for (size_t i = 0; i < n && pool->reserved_bytes > target; i++)
+    for (size_t i = 0; i < n && pool->counters.reserved_bytes > target; i++)
         span_release_locked(pool, spans[i]);
     free(spans);
-    HEAPS_FOR_EACH_ARENA_WHILE(pool, h, a, pool->reserved_bytes > target) {
+    HEAPS_FOR_EACH_ARENA_WHILE(pool, h, a, pool->counters.reserved_bytes > target) {
         if (a->pages)
             pages_unmap_idle_locked(pool, a,
-                                    (pool->reserved_bytes - target + gran - 1) / gran);
+                                    (pool->counters.reserved_bytes - target + gran - 1) / gran);
     }
-    return before - pool->reserved_bytes;
+    return before - pool->counters.reserved_bytes;
 }
 
 void vmm_release_ranges_locked(gm_pool *pool, gm_arena *a)

@@ -51,8 +51,8 @@ static gm_status aliases_clear(gm_pool *pool, alias_pick pick, const void *what,
     unmapper_settle_locked(pool, wait);
     gm_status first = GM_OK;
     size_t kept = 0;
-    for (size_t i = 0; i < pool->alias_count; i++) {
-        vmm_alias al = pool->aliases[i];
+    for (size_t i = 0; i < pool->seg.alias_count; i++) {
+        vmm_alias al = pool->seg.aliases[i];
         if (!pick || pick(&al, what)) {
             gm_status st = GM_ERR_NOT_READY;
             if (vmm_alias_done_locked(pool, &al, wait))
@@ -64,9 +64,9 @@ static gm_status aliases_clear(gm_pool *pool, alias_pick pick, const void *what,
             if (first == GM_OK && st != GM_ERR_NOT_READY)
                 first = st;
         }
-        pool->aliases[kept++] = al;
+        pool->seg.aliases[kept++] = al;
     }
-    pool->alias_count = kept;
+    pool->seg.alias_count = kept;
     return first;
 }
 
@@ -80,11 +80,12 @@ gm_status vmm_aliases_reap_locked(gm_pool *pool, bool wait)
     }
     size_t i = 0;
     gm_status st = GM_OK;
-    while (i < pool->alias_count && vmm_alias_done_locked(pool, &pool->aliases[i], false) &&
-           (st = alias_unmap(pool, &pool->aliases[i])) == GM_OK)
+    while (i < pool->seg.alias_count && vmm_alias_done_locked(pool, &pool->seg.aliases[i], false) &&
+           (st = alias_unmap(pool, &pool->seg.aliases[i])) == GM_OK)
         i++;
-    memmove(pool->aliases, &pool->aliases[i], (pool->alias_count - i) * sizeof pool->aliases[0]);
-    pool->alias_count -= i;
+    memmove(pool->seg.aliases, &pool->seg.aliases[i],
+            (pool->seg.alias_count - i) * sizeof pool->seg.aliases[0]);
+    pool->seg.alias_count -= i;
     return st;
 }
 

@@ -5,12 +5,13 @@
  * leaves segment_alias.c's.
  *
  * A VMM span is a reserved virtual range whose pages (the backend's granularity, 2 MiB on an
- * H200) are mapped when a block first covers them: an arena's main range (vmm_reserve_bytes for the first heap; other heaps' start small
- * and grow by ranges: span_create_vmm_locked), plus one per request that found no free run
- * of addresses in the ranges it has ("stitching": the new range's pages are mapped from idle
- * pages of the pool first, so bytes that were free but scattered serve one contiguous block
- * without a copy or growth; segment.c's stitch_pays says when). One page table serves all of an arena's
- * ranges (arena.ranges maps addresses to table entries). Page bookkeeping:
+ * H200) are mapped when a block first covers them: an arena's main range (vmm_reserve_bytes
+ * for the first heap; other heaps' start small and grow by ranges: span_create_vmm_locked),
+ * plus one per request that found no free run of addresses in the ranges it has ("stitching":
+ * the new range's pages are mapped from idle pages of the pool first, so bytes that were free
+ * but scattered serve one contiguous block without a copy or growth; segment.c's stitch_pays
+ * says when). One page table serves all of an arena's ranges (arena.ranges maps addresses to
+ * table entries). Page bookkeeping:
  *
  *     page.users  = live blocks overlapping the page
  *     mapped page with users == 0  <=>  the page is on its arena's idle list
@@ -204,7 +205,7 @@ static gm_status run_map(gm_pool *pool, gm_arena *a, size_t h, size_t n, gm_phys
     size_t gran = pool->granularity;
     uintptr_t addr = page_addr(a, h, gran);
     gm_status st = DEVICE_CALL(pool, GM_CALL_MAP, be->ops->map(be, addr, n * gran, phys));
-    if (st == GM_OK && pool->peer_count && /* peers see new pages too (the pool's hook) */
+    if (st == GM_OK && pool->seg_hooks.grant_peers && /* peers see new pages too (share.c) */
         (st = pool->seg_hooks.grant_peers(pool, addr, n * gran)) != GM_OK &&
         DEVICE_CALL(pool, GM_CALL_UNMAP, be->ops->unmap(be, addr, n * gran)) != GM_OK) {
         run_note_mapped(a, h, n, phys);
@@ -279,11 +280,11 @@ static gm_status phys_release(gm_pool *pool, gm_phys phys, size_t bytes)
         pool_note_reserved_locked(pool, bytes, false);
         return GM_OK;
     }
-    if (!gm_host_grow((void **)&pool->unreleased, &pool->unreleased_cap,
-                      pool->unreleased_count + 1, sizeof *pool->unreleased, 4))
+    if (!gm_host_grow((void **)&pool->seg.unreleased, &pool->seg.unreleased_cap,
+                      pool->seg.unreleased_count + 1, sizeof *pool->seg.unreleased, 4))
         return st; /* the handle is lost to the pool; its bytes stay counted */
-    pool->unreleased[pool->unreleased_count++] = (unreleased_phys){phys, bytes};
-    pool->unreleased_bytes += bytes;
+    pool->seg.unreleased[pool->seg.unreleased_count++] = (unreleased_phys){phys, bytes};
+    pool->seg.unreleased_bytes += bytes;
     return st;
 }
 
@@ -291,16 +292,16 @@ void unreleased_retry_locked(gm_pool *pool)
 {
     gm_backend *be = pool->backend;
     size_t kept = 0;
-    for (size_t i = 0; i < pool->unreleased_count; i++) {
-        unreleased_phys u = pool->unreleased[i];
+    for (size_t i = 0; i < pool->seg.unreleased_count; i++) {
+        unreleased_phys u = pool->seg.unreleased[i];
         if (DEVICE_CALL(pool, GM_CALL_PHYS_RELEASE, be->ops->phys_release(be, u.phys)) == GM_OK) {
-            pool->unreleased_bytes -= u.bytes;
+            pool->seg.unreleased_bytes -= u.bytes;
             pool_note_reserved_locked(pool, u.bytes, false);
         } else {
-            pool->unreleased[kept++] = u;
+            pool->seg.unreleased[kept++] = u;
         }
     }
-    pool->unreleased_count = kept;
+    pool->seg.unreleased_count = kept;
 }
 
 /* ---- sleep and wake (sleep.c): every run released, the blocks keeping their addresses ----
@@ -400,8 +401,8 @@ static gm_status run_detach(gm_pool *pool, gm_arena *from, size_t h, const gm_ar
 {
     gm_backend *be = pool->backend;
     gm_event ev = 0;
-    if (!gm_host_grow((void **)&pool->aliases, &pool->alias_cap, pool->alias_count + 1,
-                      sizeof *pool->aliases, 16))
+    if (!gm_host_grow((void **)&pool->seg.aliases, &pool->seg.alias_cap, pool->seg.alias_count + 1,
+                      sizeof *pool->seg.aliases, 16))
         return run_unmap(pool, from, h, phys);
     gm_stream s = from->heap->stream;
     gm_status st = pool_event_get_locked(pool, &ev);
@@ -416,7 +417,7 @@ static gm_status run_detach(gm_pool *pool, gm_arena *from, size_t h, const gm_ar
         return run_unmap(pool, from, h, phys);
     }
     size_t n = from->pages[h].run_len, gran = pool->granularity;
-    pool->aliases[pool->alias_count++] = (vmm_alias){
+    pool->seg.aliases[pool->seg.alias_count++] = (vmm_alias){
         .heap = (uint32_t)(from->heap - pool->heaps), .first = (uint32_t)h, .n = (uint32_t)n,
         .kind = from->kind, .phys = from->pages[h].phys, .stream = s, .fence = ev,
         .addr = page_addr(from, h, gran), .size = n * gran};
@@ -458,7 +459,7 @@ static gm_status run_recycle(gm_pool *pool, gm_arena *a, size_t p, size_t max_pa
     size_t h = a->idle_pages ? idle_run_find(a, max_pages) : PAGE_NONE;
     /* Other arenas only when some of them hold an idle run: a walk over every heap at each new
      * stretch of pages made a pool of thousands of streams quadratic. */
-    bool elsewhere = pool->vmm_idle_runs > a->idle_run_count;
+    bool elsewhere = pool->seg.vmm_idle_runs > a->idle_run_count;
     HEAPS_FOR_EACH_ARENA_WHILE(pool, i, each, h == PAGE_NONE && elsewhere) {
         from = each;
         if (from != a && from->idle_pages)
@@ -476,8 +477,8 @@ static gm_status run_recycle(gm_pool *pool, gm_arena *a, size_t p, size_t max_pa
     if (st != GM_OK)
         return st;
     *moved = len;
-    pool->vmm_runs_recycled++;
-    pool->vmm_runs_recycled_across += from->heap != a->heap;
+    pool->seg.vmm_runs_recycled++;
+    pool->seg.vmm_runs_recycled_across += from->heap != a->heap;
     return GM_OK;
 }
 
@@ -486,7 +487,7 @@ static gm_status run_create(gm_pool *pool, gm_arena *a, size_t p, size_t n)
 {
     gm_backend *be = pool->backend;
     size_t bytes = n * pool->granularity;
-    if (pool->reserved_bytes + bytes > pool->limit)
+    if (pool->counters.reserved_bytes + bytes > pool->limit)
         return GM_ERR_OUT_OF_MEMORY;
     gm_phys phys = 0;
     gm_status st = DEVICE_CALL(pool, GM_CALL_PHYS_CREATE, be->ops->phys_create(be, bytes, &phys));

@@ -6,8 +6,6 @@
 
 #include "types.h"
 
-/* Give every peer access to the VMM pages just mapped at [addr, addr + size). */
-gm_status peer_grant_locked(gm_pool *pool, uintptr_t addr, size_t size);
 /* gm_free of a block flagged BLOCK_EXPORTED or BLOCK_HELD: defer it (or report a double free). */
 gm_status share_free_exported_locked(gm_pool *pool, gm_block *b, gm_stream stream);
 void share_fini(gm_pool *pool); /* at destroy: unexport everything */

@@ -130,15 +130,15 @@ static void detach_locked(gm_pool *pool, gm_tcache *tc)
 {
     tcache_stop_world_locked(pool);
     retire_entries_locked(pool, tc);
-    pool->live_bytes += (size_t)atomic_load(&tc->live_delta);
-    pool->allocated_bytes += (size_t)atomic_load(&tc->alloc_delta);
+    pool->counters.live_bytes += (size_t)atomic_load(&tc->live_delta);
+    pool->counters.allocated_bytes += (size_t)atomic_load(&tc->alloc_delta);
     uint64_t hits = atomic_load(&tc->hits), frees = atomic_load(&tc->frees);
-    pool->live_blocks += (size_t)(hits - frees);
-    pool->alloc_count += hits;
-    pool->free_count += frees;
-    pool->thread_hits_folded += hits;
-    LIST_UNLINK(pool->tcaches, tc, pool_prev, pool_next);
-    atomic_fetch_sub(&pool->tc_count, 1);
+    pool->counters.live_blocks += (size_t)(hits - frees);
+    pool->counters.alloc_count += hits;
+    pool->counters.free_count += frees;
+    pool->tc.hits_folded += hits;
+    LIST_UNLINK(pool->tc.list, tc, pool_prev, pool_next);
+    atomic_fetch_sub(&pool->tc.count, 1);
     tc->pool = NULL;
     tcache_start_world_locked(pool);
 }
@@ -168,7 +168,7 @@ static void make_key(void)
 
 void tcache_register(gm_pool *pool)
 {
-    if (!pool->tc_blocks || mine(pool) || pthread_once(&key_once, make_key) != 0 ||
+    if (!pool->tc.blocks || mine(pool) || pthread_once(&key_once, make_key) != 0 ||
         thread_key == (pthread_key_t)-1)
         return;
     gm_tcache *tc = gm_host_calloc(1, sizeof *tc);
@@ -190,8 +190,8 @@ void tcache_register(gm_pool *pool)
     }
     gm_mutex_lock(&pool->lock);
     tc->pool = pool;
-    LIST_PUSH(pool->tcaches, tc, pool_prev, pool_next);
-    atomic_fetch_add(&pool->tc_count, 1);
+    LIST_PUSH(pool->tc.list, tc, pool_prev, pool_next);
+    atomic_fetch_add(&pool->tc.count, 1);
     gm_mutex_unlock(&pool->lock);
     tc->thread_next = tls_list;
     tls_list = tls_last = tc;
@@ -203,8 +203,8 @@ void tcache_detach_all(gm_pool *pool)
 {
     pthread_mutex_lock(&registry);
     gm_mutex_lock(&pool->lock);
-    while (pool->tcaches)
-        detach_locked(pool, pool->tcaches);
+    while (pool->tc.list)
+        detach_locked(pool, pool->tc.list);
     gm_mutex_unlock(&pool->lock);
     pthread_mutex_unlock(&registry);
 }
@@ -223,14 +223,14 @@ void tcache_start_world_locked(gm_pool *pool)
 
 void tcache_flush_all_locked(gm_pool *pool)
 {
-    for (gm_tcache *tc = pool->tcaches; tc; tc = tc->pool_next)
+    for (gm_tcache *tc = pool->tc.list; tc; tc = tc->pool_next)
         retire_entries_locked(pool, tc);
 }
 
 bool tcache_reclaim_locked(gm_pool *pool)
 {
     bool any = false;
-    for (gm_tcache *tc = pool->tcaches; tc && !any; tc = tc->pool_next)
+    for (gm_tcache *tc = pool->tc.list; tc && !any; tc = tc->pool_next)
         any = atomic_load_explicit(&tc->count, memory_order_relaxed) != 0;
     if (!any)
         return false;
@@ -244,8 +244,8 @@ bool tcache_reclaim_locked(gm_pool *pool)
 
 void tcache_engage_locked(gm_pool *pool)
 {
-    pool->tc_watch = false;
-    atomic_store_explicit(&pool->tc_live, pool->tc_blocks, memory_order_relaxed);
+    pool->tc.watch = false;
+    atomic_store_explicit(&pool->tc.live, pool->tc.blocks, memory_order_relaxed);
 }
 
 /* ---------------------------------------------------------------- the fast path */
@@ -254,14 +254,16 @@ void tcache_engage_locked(gm_pool *pool)
  * cache's deltas as it just stored them (it is their only writer). */
 static inline void fast_peaks(gm_pool *pool, int64_t live_delta, int64_t alloc_delta)
 {
-    if (atomic_load_explicit(&pool->tc_count, memory_order_relaxed) != 1)
+    if (atomic_load_explicit(&pool->tc.count, memory_order_relaxed) != 1)
         return;
-    peak_raise(&pool->peak_live,
-             (size_t)(signed_of(atomic_load_explicit(&pool->live_bytes, memory_order_relaxed)) +
-                      live_delta));
-    peak_raise(&pool->peak_allocated,
-             (size_t)(signed_of(atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed)) +
-                      alloc_delta));
+    peak_raise(&pool->counters.peak_live,
+               (size_t)(signed_of(atomic_load_explicit(&pool->counters.live_bytes,
+                                                       memory_order_relaxed)) +
+                        live_delta));
+    peak_raise(&pool->counters.peak_allocated,
+               (size_t)(signed_of(atomic_load_explicit(&pool->counters.allocated_bytes,
+                                                       memory_order_relaxed)) +
+                        alloc_delta));
 }
 
 static bool lookup_and_take(gm_pool *pool, gm_tcache *tc, const gm_request *rq,
@@ -408,7 +410,7 @@ static __attribute__((noinline)) bool file_entry(gm_pool *pool, gm_tcache *tc, u
 static GM_COLD bool tcache_free_other(gm_pool *pool, uintptr_t addr, gm_stream stream)
 {
     gm_tcache *tc = mine_search(pool);
-    if (!tc || atomic_load_explicit(&tc->count, memory_order_relaxed) >= pool->tc_blocks)
+    if (!tc || atomic_load_explicit(&tc->count, memory_order_relaxed) >= pool->tc.blocks)
         return false;
     return file_entry(pool, tc, addr, stream);
 }
@@ -418,7 +420,7 @@ bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream)
     gm_tcache *tc = tls_last; /* mine(), with the search out of line */
     if (!tc || tc->pool_id != pool->id)
         return tcache_free_other(pool, addr, stream);
-    if (atomic_load_explicit(&tc->count, memory_order_relaxed) >= pool->tc_blocks)
+    if (atomic_load_explicit(&tc->count, memory_order_relaxed) >= pool->tc.blocks)
         return false;
     return file_entry(pool, tc, addr, stream);
 }

@@ -61,8 +61,8 @@ extern _Thread_local gm_tcache *tls_last;
  * every access made here without the shard lock. */
 static inline bool live_map_shared_locked(gm_pool *pool)
 {
-    unsigned n = atomic_load_explicit(&pool->tc_count, memory_order_relaxed);
-    return n > 1 || (n == 1 && pool->tcaches != tls_last);
+    unsigned n = atomic_load_explicit(&pool->tc.count, memory_order_relaxed);
+    return n > 1 || (n == 1 && pool->tc.list != tls_last);
 }
 
 /* The live-map shard of a block's address: inline, as the lock-free path calls it twice. */

@@ -388,6 +388,101 @@ typedef struct pool_sleep {
     uint64_t sleeps, wakes;
 } pool_sleep;
 
+/* The pool's parts, each owned by one module: only its owner writes it, and the files that
+ * read it are listed in tests/docs/layers.sh (FIELDS), which fails on any other. */
+
+/* events.c: reusable events and the streams to synchronize. */
+typedef struct pool_events {
+    gm_event *events;  /* pooled events, free for reuse */
+    size_t event_count, event_cap;
+    uint64_t events_lost; /* events that could not be kept (host memory) nor destroyed:
+                             gm_pool_destroy reports them with its failed releases */
+    gm_stream *synced_streams; /* streams that freed memory: synced before unmapping */
+    size_t synced_count, synced_cap;
+    size_t synced_scan;        /* synced_streams[0 .. synced_scan) are checked by a scan (at
+                                  most SYNC_SCAN), the rest through synced_index (stream ->
+                                  position; events.c) */
+    stream_map synced_index;
+    size_t unsynced_unlisted; /* streams that freed memory that could be neither listed nor
+                                 synchronized (events.c): no memory goes back to the device */
+} pool_events;
+
+/* counters.c: counters of the locked path (under lock); the lock-free path keeps its own deltas
+ * in each tcache, and pool_totals_locked adds them up. The four byte counters are atomic so
+ * that a lone thread's lock-free path can keep the peaks exact without the lock. Every layer
+ * counts (counters.h). */
+typedef struct pool_counters {
+    _Atomic size_t live_bytes, peak_live, allocated_bytes, peak_allocated;
+    size_t reserved_bytes, peak_reserved;
+    size_t live_blocks, segment_count;
+    uint64_t alloc_count, free_count, oom_count;
+    uint64_t device_calls[GM_CALL_KINDS];
+    uint64_t device_call_ns[GM_CALL_KINDS];
+    uint64_t call_t0; /* device clock at the start of the device call in progress */
+} pool_counters;
+
+/* tcache.c: the thread caches, registered under the pool lock. */
+typedef struct pool_tcaches {
+    gm_tcache *list;
+    _Atomic unsigned count;
+    unsigned blocks;     /* blocks per thread cache; 0 = off */
+    /* The fast path runs while `live` is nonzero (= blocks once the caches are engaged). While
+     * they are dormant (watch, pool lock), the locked path watches for what engages them: a
+     * contended pool lock, or allocations that get the block freed just before. */
+    _Atomic unsigned live;
+    bool watch;
+    uint32_t watched, reuses;
+    uintptr_t last_freed;
+    uint64_t hits_folded; /* fast-path hits of caches that were detached */
+} pool_tcaches;
+
+/* The segments (segment*.c): address space, recycling, handles and old mappings. */
+typedef struct pool_segments {
+    uint64_t vmm_stitches;
+    /* Virtual address space: bytes and ranges this pool holds reserved (every heap), and the
+     * size of the last reservation the device refused for want of address space (0: none in
+     * the VMM allocation in progress), which the out-of-memory message names (oom.c). */
+    size_t va_bytes, va_ranges, va_refused;
+    size_t vmm_idle_runs; /* idle runs of every arena: recycling looks past the allocating
+                             arena only when some are elsewhere */
+    uint64_t vmm_runs_recycled, vmm_runs_recycled_across, vmm_waits_avoided;
+    /* VMM handles whose release failed: still reserved, retried on each release of free
+     * memory. */
+    unreleased_phys *unreleased;
+    size_t unreleased_count, unreleased_cap, unreleased_bytes;
+    /* Old mappings of recycled runs not unmapped yet, oldest first (segment_alias.c). */
+    vmm_alias *aliases;
+    size_t alias_count, alias_cap;
+} pool_segments;
+
+/* defrag.c: movable blocks, under lock. */
+typedef struct pool_defrag {
+    handle_slot *handles;
+    uint32_t handle_cap, handle_free; /* free slot list head; UINT32_MAX = none */
+    size_t movable_live, pinned_live;
+    uint64_t steps, blocks, bytes;
+    gm_relocate_fn relocate_fn;
+    void *relocate_user;
+} pool_defrag;
+
+/* share.c: devices given access, IPC exports, under lock. */
+typedef struct pool_share {
+    gm_backend *peers[GM_MAX_PEERS];
+    unsigned peer_count;
+    ipc_export *exports;
+    size_t export_count, export_cap;
+    uint64_t export_serial;
+} pool_share;
+
+/* error.c: the failure of the call in progress. */
+typedef struct pool_errors {
+    gm_error_fn fn;
+    void *user;
+    char text[GM_ERROR_TEXT];
+    bool fresh; /* text was written by the call in progress (pool_fail_locked); pool_unlock
+                   clears it, so no failure reports an older message */
+} pool_errors;
+
 struct gm_pool {
     /* What the strategies may touch: block records, the settings. First, so that passing
      * &pool->strat costs no instruction where the pool is at hand. */
@@ -411,48 +506,19 @@ struct gm_pool {
      * quadratic). */
     uint64_t spans_emptied, spans_none_at;
     live_shard shards[LIVE_SHARDS];
-    gm_block *pending; /* freed blocks waiting for other streams' events */
-    gm_event *events;  /* pooled events, free for reuse */
-    size_t event_count, event_cap;
-    uint64_t events_lost; /* events that could not be kept (host memory) nor destroyed:
-                             gm_pool_destroy reports them with its failed releases */
-    gm_stream *synced_streams; /* streams that freed memory: synced before unmapping */
-    size_t synced_count, synced_cap;
-    size_t synced_scan;        /* synced_streams[0 .. synced_scan) are checked by a scan (at
-                                  most SYNC_SCAN), the rest through synced_index (stream ->
-                                  position; events.c) */
-    stream_map synced_index;
-    size_t unsynced_unlisted; /* streams that freed memory that could be neither listed nor
-                                 synchronized (events.c): no memory goes back to the device */
+    gm_block *pending; /* freed blocks waiting for other streams' events (retire.c) */
+    pool_events ev;
 
-    /* Counters of the locked path (under lock); the lock-free path keeps its own deltas in
-     * each tcache, and pool_totals_locked adds them up. The four byte counters are atomic so
-     * that a lone thread's lock-free path can keep the peaks exact without the lock. */
-    _Atomic size_t live_bytes, peak_live, allocated_bytes, peak_allocated;
-    size_t reserved_bytes, peak_reserved;
-    size_t live_blocks, segment_count;
-    uint64_t alloc_count, free_count, oom_count;
+    pool_counters counters;
 
-    /* Thread caches (tcache.c), registered under the pool lock. */
-    uint64_t id;            /* unique for the process lifetime: thread-local lookups use it */
-    gm_tcache *tcaches;
-    _Atomic unsigned tc_count;
-    unsigned tc_blocks;     /* blocks per thread cache; 0 = off */
-    /* The fast path runs while tc_live is nonzero (= tc_blocks once the caches are engaged).
-     * While they are dormant (tc_watch, pool lock), the locked path watches for what engages
-     * them: a contended pool lock, or allocations that get the block freed just before. */
-    _Atomic unsigned tc_live;
-    bool tc_watch;
-    uint32_t tc_watched, tc_reuses;
-    uintptr_t tc_last_freed;
+    uint64_t id; /* unique for the process lifetime: thread-local lookups use it (tcache.c) */
+    pool_tcaches tc;
     gm_arena grant_arenas[ARENA_COUNT]; /* state-only arenas for lock-free grant() calls */
     bool tlsf_only; /* strategy_tlsf_only: gm_alloc routes and grants inline, no calls */
-    uint64_t thread_hits_folded; /* fast-path hits of caches that were detached */
-    uint64_t device_calls[GM_CALL_KINDS];
-    uint64_t device_call_ns[GM_CALL_KINDS];
 
     gm_cache cache;
-    /* The segments layer's only ways up (segment.c), installed by the pool at creation: */
+    /* The segments layer's only ways up (segment*.c), installed by the pool at creation, but
+     * grant_peers: installed by share.c with the first peer (NULL while there is none). */
     struct {
         /* Evict one cached block (the pool's cache, else the threads'), so that pages may fall
          * idle for recycling; false if every cache is empty. */
@@ -467,51 +533,22 @@ struct gm_pool {
     /* Ladder step 3: try to make `bytes` contiguous in arena a by compaction (defrag.c); true
      * if it moved anything. */
     bool (*defrag_hook)(gm_pool *pool, gm_arena *a, size_t bytes);
-    /* Movable blocks (defrag.c), under lock. */
-    handle_slot *handles;
-    uint32_t handle_cap, handle_free; /* free slot list head; UINT32_MAX = none */
-    size_t movable_live, pinned_live;
-    uint64_t defrag_steps, defrag_blocks, defrag_bytes;
-    uint64_t vmm_stitches;
-    /* Virtual address space: bytes and ranges this pool holds reserved (every heap), and the
-     * size of the last reservation the device refused for want of address space (0: none in
-     * the VMM allocation in progress), which the out-of-memory message names (oom.c). */
-    size_t va_bytes, va_ranges, va_refused;
-    size_t vmm_idle_runs; /* idle runs of every arena (segment.c): recycling looks past the
-                             allocating arena only when some are elsewhere */
-    uint64_t vmm_runs_recycled, vmm_runs_recycled_across, vmm_waits_avoided;
-    /* VMM handles whose release failed (segment.c): still reserved, retried on each release of
-     * free memory. */
-    unreleased_phys *unreleased;
-    size_t unreleased_count, unreleased_cap, unreleased_bytes;
-    /* Old mappings of recycled runs not unmapped yet, oldest first (segment.c, "aliases"). */
-    vmm_alias *aliases;
-    size_t alias_count, alias_cap;
+    pool_defrag defrag;
+    pool_segments seg;
     /* gm_config.vmm_unmap_thread (unmapper.c): the helper thread, and the one old mapping it is
-     * unmapping outside the pool lock (out of `aliases` meanwhile; its pages stay retiring). */
+     * unmapping outside the pool lock (out of seg.aliases meanwhile; its pages stay
+     * retiring). */
     unmapper unmap;
-    gm_relocate_fn relocate_fn;
-    void *relocate_user;
     uint64_t cross_stream_reuses;
     uint64_t oom_ladder[5];
-    uint64_t call_t0; /* device clock at the start of the device call in progress */
 
-    /* Sharing (share.c), under lock: devices given access, IPC exports. */
-    gm_backend *peers[GM_MAX_PEERS];
-    unsigned peer_count;
-    ipc_export *exports;
-    size_t export_count, export_cap;
-    uint64_t export_serial;
+    pool_share share;
 
     /* GM_DEBUG 3: gm_pool_check after every public call (stats.c: debug_validate_locked),
      * installed by the pool for pool_unlock (error.c). */
     void (*debug_check)(gm_pool *pool);
     pool_sleep sleep; /* gm_pool_sleep / gm_pool_wake (sleep.c) */
-    gm_error_fn error_fn;
-    void *error_user;
-    char error_text[GM_ERROR_TEXT];
-    bool error_fresh; /* error_text was written by the call in progress (pool_fail_locked);
-                         pool_unlock clears it, so no failure reports an older message */
+    pool_errors err;
 };
 
 /* Every arena of every heap, heap by heap, ARENA_SMALL then ARENA_LARGE: the one walk over the

@@ -13,14 +13,14 @@
  * The unmapping thread (gm_config.vmm_unmap_thread). kick: new old mappings wait
  * (starts the thread at the first; false when it cannot run: the caller reaps inline). settle:
  * account for the mapping the thread unmapped, or with `wait` first wait while it is at it (one
- * device call), so that every alias is in pool->aliases again or gone. stop: end the thread,
+ * device call), so that every alias is in pool->seg.aliases again or gone. stop: end the thread,
  * before the pool is torn down (the pool lock not held). */
 bool vmm_alias_done_locked(gm_pool *pool, const vmm_alias *al, bool wait);
 void vmm_alias_unmapped_locked(gm_pool *pool, const vmm_alias *al);
 bool unmapper_kick_locked(gm_pool *pool);
 void unmapper_settle_locked(gm_pool *pool, bool wait);
 void unmapper_stop(gm_pool *pool);
-/* The old mapping out of pool->aliases with the unmapping thread (being unmapped, or unmapped
+/* The old mapping out of pool->seg.aliases with the unmapping thread (being unmapped, or unmapped
  * and not settled yet), or NULL. */
 static inline const vmm_alias *unmapper_cur(const gm_pool *pool)
 {
@@ -31,7 +31,7 @@ static inline const vmm_alias *unmapper_cur(const gm_pool *pool)
 /* Whether an old mapping is outstanding, in the list or with the unmapping thread. */
 static inline bool vmm_aliases_any(const gm_pool *pool)
 {
-    return pool->alias_count || unmapper_cur(pool);
+    return pool->seg.alias_count || unmapper_cur(pool);
 }
 
 #endif
