@@ -21,6 +21,7 @@
  */
 #include "alloc.h"
 #include "arena.h"
+#include "blocks.h"
 #include "cache.h"
 #include "counters.h"
 #include "error.h"
@@ -113,6 +114,7 @@ static GM_INLINE gm_status alloc_request_locked(gm_pool *pool, const gm_request 
     if (!filed)
         return alloc_unfiled_locked(pool, b);
     note_live(pool, size, block_size, true);
+    pool_update_peaks_locked(pool);
     pool->counters.alloc_count++;
     *out = b;
     return GM_OK;

@@ -7,6 +7,7 @@
  */
 #include "arena.h"
 #include "cache.h"
+#include "error.h"
 #include "growth.h"
 #include "release.h"
 #include "segment.h"
@@ -214,4 +215,44 @@ __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_are
     }
     *out = b;
     return GM_OK;
+}
+
+/* gm_free, gm_record_stream and gm_ipc_export of a pointer that is no live block: which block
+ * of which heap holds it says why (error.c words the failure). O(blocks). */
+gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn)
+{
+    HEAPS_FOR_EACH_ARENA(pool, h, a)
+        for (gm_span *s = a->spans; s; s = s->next) {
+            if (addr < s->base || addr - s->base >= s->size)
+                continue;
+            for (gm_block *b = s->first; b; b = b->phys_next) {
+                if (addr < b->addr || addr - b->addr >= b->size)
+                    continue;
+                /* Cached, pending and thread-cached blocks are freed blocks, whole. A
+                 * free block on its strategy's lists was returned at this address if its
+                 * record says so (handed_out); elsewhere in free memory the pool cannot
+                 * tell a pointer it never returned from one whose block has merged with
+                 * free neighbours since its free: not called a double free. */
+                if (b->flags & (BLOCK_PENDING | BLOCK_CACHED | BLOCK_THREAD) ||
+                    (b->flags & BLOCK_FREE && addr == b->addr && b->handed_out))
+                    return pool_fail_locked(pool, GM_ERR_DOUBLE_FREE,
+                                            "%s: %p is not live: it was already freed "
+                                            "(double free)", fn, (void *)addr);
+                if (b->flags & BLOCK_FREE)
+                    return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
+                                            "%s: %p is not a live block: it lies in free "
+                                            "memory of this pool where no block it returned "
+                                            "starts (a pointer it never returned, or one "
+                                            "whose block was freed and has merged with free "
+                                            "neighbours since)", fn, (void *)addr);
+                return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
+                                        "%s: %p is an interior pointer into the live block "
+                                        "%p of %zu bytes", fn, (void *)addr,
+                                        (void *)b->addr, b->requested);
+            }
+        }
+    return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
+                            "%s: %p is not memory of this pool (a foreign pointer, or a block "
+                            "whose segment was already given back to the device)", fn,
+                            (void *)addr);
 }

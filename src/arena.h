@@ -22,6 +22,9 @@ gm_status arena_alloc_plain_miss_locked(gm_pool *pool, gm_arena *a, size_t grant
  * block. */
 gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_arena *a, size_t granted, gm_block **out);
 
+/* Explain why `addr` is not a live block of this pool (double free, interior, foreign). */
+gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn);
+
 /* heap_of_locked past the first HEAP_SCAN heaps: the stream's heap through the pool's hash
  * index of streams, created (and indexed) on first use; NULL if host memory is exhausted. */
 GM_COLD gm_heap *heap_find_or_add_locked(gm_pool *pool, gm_stream stream);

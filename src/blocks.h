@@ -44,4 +44,11 @@ void block_delete_locked(block_records *r, gm_block *b);
 /* Free every chunk (pool destruction: no record is used any more). */
 void block_records_free(block_records *r);
 
+/* The live-map shard of a block's address: inline, as the lock-free path calls it twice. */
+static inline live_shard *shard_of(gm_pool *pool, uintptr_t addr)
+{
+    return &pool->shards[align_hash(addr) >> 58]; /* the top 6 bits: LIVE_SHARDS == 64 */
+}
+static_assert(LIVE_SHARDS == 64, "shard_of takes 6 bits");
+
 #endif

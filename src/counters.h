@@ -21,15 +21,6 @@ static inline gm_status pool_stream_sync(gm_pool *pool, gm_stream s)
 {
     return DEVICE_CALL(pool, GM_CALL_STREAM_SYNC, pool->backend->ops->stream_sync(pool->backend, s));
 }
-/* The pool's figures with every thread cache's deltas added. */
-typedef struct pool_totals {
-    size_t live_bytes, allocated_bytes, live_blocks;
-    uint64_t alloc_count, free_count, thread_hits;
-    size_t thread_cached_blocks, thread_cached_bytes;
-} pool_totals;
-void pool_totals_locked(gm_pool *pool, pool_totals *out);
-/* Raise the live and allocated peaks to the totals (every locked allocation). */
-void pool_update_peaks_locked(gm_pool *pool);
 
 static inline int64_t signed_of(size_t v)
 {
@@ -46,8 +37,8 @@ static inline void peak_raise(_Atomic size_t *peak, size_t v)
         ;
 }
 
-/* A block of `requested` bytes (granted `size`) became live (alloc) or was freed. The caller
- * passes the sizes: gm_alloc has them in registers, where a load from the block after the shard
+/* A block of `requested` bytes (granted `size`) became live (alloc; the caller then raises the
+ * peaks: pool_update_peaks_locked, tcache.h) or was freed. The caller passes the sizes: gm_alloc has them in registers, where a load from the block after the shard
  * lock's atomic would be repeated. */
 static inline void note_live(gm_pool *pool, size_t requested, size_t size, bool alloc)
 {
@@ -64,7 +55,6 @@ static inline void note_live(gm_pool *pool, size_t requested, size_t size, bool 
     atomic_store_explicit(&pool->counters.live_bytes, live + requested, memory_order_relaxed);
     atomic_store_explicit(&pool->counters.allocated_bytes, allocated + size, memory_order_relaxed);
     pool->counters.live_blocks++;
-    pool_update_peaks_locked(pool);
 }
 
 #endif

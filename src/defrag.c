@@ -47,6 +47,7 @@
  * at most `budget` bytes copied.
  */
 #include "alloc.h"
+#include "blocks.h"
 #include "counters.h"
 #include "defrag.h"
 #include "error.h"
@@ -424,9 +425,9 @@ static gm_status step_locked(gm_pool *pool, gm_stream stream, size_t max_bytes,
         if (pool->heaps[h].stream != stream)
             continue;
         for (int k = 0; k < ARENA_COUNT; k++)
-            compact_arena_locked(pool, &pool->heaps[h].arenas[k], &r);
+            compact_arena_locked(pool, heap_arena(pool, h, k), &r);
         for (int k = 0; k < ARENA_COUNT; k++)
-            release_arena_locked(pool, &pool->heaps[h].arenas[k], &r);
+            release_arena_locked(pool, heap_arena(pool, h, k), &r);
     }
     r.res.steps = 1;
     pool->defrag.steps++;

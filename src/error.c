@@ -221,44 +221,6 @@ gm_status gm_pool_set_error_callback(gm_pool *pool, gm_error_fn fn, void *user)
     return pool_unlock(pool, GM_OK);
 }
 
-gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn)
-{
-    HEAPS_FOR_EACH_ARENA(pool, h, a)
-        for (gm_span *s = a->spans; s; s = s->next) {
-            if (addr < s->base || addr - s->base >= s->size)
-                continue;
-            for (gm_block *b = s->first; b; b = b->phys_next) {
-                if (addr < b->addr || addr - b->addr >= b->size)
-                    continue;
-                /* Cached, pending and thread-cached blocks are freed blocks, whole. A
-                 * free block on its strategy's lists was returned at this address if its
-                 * record says so (handed_out); elsewhere in free memory the pool cannot
-                 * tell a pointer it never returned from one whose block has merged with
-                 * free neighbours since its free: not called a double free. */
-                if (b->flags & (BLOCK_PENDING | BLOCK_CACHED | BLOCK_THREAD) ||
-                    (b->flags & BLOCK_FREE && addr == b->addr && b->handed_out))
-                    return pool_fail_locked(pool, GM_ERR_DOUBLE_FREE,
-                                            "%s: %p is not live: it was already freed "
-                                            "(double free)", fn, (void *)addr);
-                if (b->flags & BLOCK_FREE)
-                    return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
-                                            "%s: %p is not a live block: it lies in free "
-                                            "memory of this pool where no block it returned "
-                                            "starts (a pointer it never returned, or one "
-                                            "whose block was freed and has merged with free "
-                                            "neighbours since)", fn, (void *)addr);
-                return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
-                                        "%s: %p is an interior pointer into the live block "
-                                        "%p of %zu bytes", fn, (void *)addr,
-                                        (void *)b->addr, b->requested);
-            }
-        }
-    return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
-                            "%s: %p is not memory of this pool (a foreign pointer, or a block "
-                            "whose segment was already given back to the device)", fn,
-                            (void *)addr);
-}
-
 void pool_format_bytes(char *buf, size_t len, size_t bytes)
 {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -15,8 +15,6 @@ gm_status fail_no_pool(gm_status st, const char *fn, const char *what);
 /* GM_ERR_INVALID_ARGUMENT for a public call's bad arguments: recorded by the pool when there is
  * one (gm_last_error(pool), the error callback), else as fail_no_pool. */
 gm_status fail_arg(gm_pool *pool, const char *fn, const char *what);
-/* Explain why `addr` is not a live block of this pool (double free, interior, foreign). */
-gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn);
 /* "1.50 GiB" (binary units; whole bytes below 1 KiB) into buf: messages and gm_pool_summary. */
 void pool_format_bytes(char *buf, size_t len, size_t bytes);
 /* The pool is going away: this thread's message no longer names it. */

@@ -127,7 +127,7 @@ static GM_COLD gm_status oom_ladder_locked(gm_pool *pool, gm_arena **ap, size_t 
                                            size_t granted, gm_stream stream, gm_block **out)
 {
     gm_arena *a = *ap;
-    const size_t heap = (size_t)(a->heap - pool->heaps);
+    const size_t heap = heap_index(pool, a->heap);
     const int kind = a->kind;
     gm_status st = GM_ERR_OUT_OF_MEMORY;
     pool->oom_ladder[0]++;
@@ -158,7 +158,7 @@ static GM_COLD gm_status oom_ladder_locked(gm_pool *pool, gm_arena **ap, size_t 
         int again = fn(user, pool, size, stream);
         gm_mutex_lock(&pool->lock);
         tls_oom_frames = frame.outer;
-        a = *ap = &pool->heaps[heap].arenas[kind];
+        a = *ap = heap_arena(pool, heap, kind);
         if (!again)
             break;
         (void)drain_locked(pool); /* what the program freed, back to the device */

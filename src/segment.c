@@ -156,7 +156,7 @@ static gm_status vmm_range_add_locked(gm_pool *pool, gm_arena *a, size_t size)
  * 141 GiB device), and its page table took 72,000 entries per arena on the host. */
 static bool vmm_main_arena(const gm_pool *pool, const gm_arena *a)
 {
-    return a->heap == pool->heaps;
+    return arena_of_first_heap(pool, a);
 }
 
 static size_t vmm_arena_va(const gm_arena *a, size_t gran)

@@ -71,10 +71,5 @@ typedef struct free_summary {
 } free_summary;
 void free_summary_locked(gm_pool *pool, free_summary *out);
 
-/* The arena whose pages hold alias al (segment.c). */
-static inline gm_arena *vmm_alias_arena(gm_pool *pool, const vmm_alias *al)
-{
-    return &pool->heaps[al->heap].arenas[al->kind];
-}
 
 #endif

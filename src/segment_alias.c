@@ -98,7 +98,7 @@ typedef struct page_span {
 
 static page_span arena_pages(const gm_pool *pool, const gm_arena *a, size_t first, size_t n)
 {
-    return (page_span){(size_t)(a->heap - pool->heaps), a->kind, first, n};
+    return (page_span){heap_index(pool, a->heap), a->kind, first, n};
 }
 
 static bool alias_overlaps(const vmm_alias *al, const void *what)

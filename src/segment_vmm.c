@@ -418,7 +418,7 @@ static gm_status run_detach(gm_pool *pool, gm_arena *from, size_t h, const gm_ar
     }
     size_t n = from->pages[h].run_len, gran = pool->granularity;
     pool->seg.aliases[pool->seg.alias_count++] = (vmm_alias){
-        .heap = (uint32_t)(from->heap - pool->heaps), .first = (uint32_t)h, .n = (uint32_t)n,
+        .heap = (uint32_t)heap_index(pool, from->heap), .first = (uint32_t)h, .n = (uint32_t)n,
         .kind = from->kind, .phys = from->pages[h].phys, .stream = s, .fence = ev,
         .addr = page_addr(from, h, gran), .size = n * gran};
     run_forget(from, h, phys);

@@ -23,6 +23,8 @@
  *
  * Bounds: export and release O(exports) plus one backend call; enabling a peer O(mapped pages).
  */
+#include "arena.h"
+#include "blocks.h"
 #include "error.h"
 #include "lock.h"
 #include "retire.h"

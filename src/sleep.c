@@ -25,6 +25,7 @@
  *
  * Bounds: O(blocks + pages + streams x (heaps + recorded streams)).
  */
+#include "blocks.h"
 #include "counters.h"
 #include "error.h"
 #include "lock.h"

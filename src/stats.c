@@ -8,6 +8,7 @@
  *
  * Bounds: stats, snapshot and check are O(blocks + mapped pages).
  */
+#include "blocks.h"
 #include "cache.h"
 #include "counters.h"
 #include "defrag.h"
@@ -402,7 +403,7 @@ gm_status pool_check_locked(gm_pool *pool)
     recount rc = {0};
     size_t segments = 0;
     HEAPS_FOR_EACH_ARENA(pool, h, a) {
-        if (a->heap != &pool->heaps[h])
+        if (heap_index(pool, a->heap) != h)
             return CORRUPT("arena of heap %zu points at another heap", h);
         gm_status st = check_arena(pool, a, &rc);
         if (st != GM_OK)

@@ -32,6 +32,7 @@
  * Bounds: fast alloc and free O(1): an allocation looks only at the entries whose granted size
  * has the request's hash (a 64-bit set of entry indices per hash), newest index first.
  */
+#include "blocks.h"
 #include "counters.h"
 #include "events.h"
 #include "list.h"
@@ -44,6 +45,34 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+
+enum { TC_MAX = 64, TC_HASHES = 64 };
+static_assert(TC_MAX <= 64, "an entry set is one uint64_t");
+
+typedef struct tc_entry {
+    gm_block *b;
+    uintptr_t addr; /* b->addr: the lookup finds the shard without touching the record, which a
+                       stopped world may have retired and recycled meanwhile (a data race) */
+    size_t size;
+    gm_stream stream;
+} tc_entry;
+
+/* A thread cache's record. Its deltas (live_delta, alloc_delta, hits, frees, count, bytes)
+ * are added up under the pool lock by pool_totals_locked and pool_update_peaks_locked below;
+ * only its owner thread writes them. */
+struct gm_tcache {
+    gm_pool *pool;  /* NULL once the pool is destroyed (registry lock + every shard lock) */
+    uint64_t pool_id;
+    gm_tcache *pool_prev, *pool_next; /* the pool's list (pool lock) */
+    gm_tcache *thread_next;           /* the owner thread's list */
+    _Atomic unsigned count; /* changed under a shard lock; read by the owner without one */
+    _Atomic size_t bytes;
+    _Atomic uint64_t by_hash[TC_HASHES]; /* bit i: entry i's size has this hash, so a lookup
+                                            visits only candidates; written like count */
+    _Atomic int64_t live_delta, alloc_delta;
+    _Atomic uint64_t hits, frees; /* hits are its allocations too; live blocks: hits - frees */
+    tc_entry e[TC_MAX];
+};
 
 /* ---------------------------------------------------------------- registry */
 
@@ -423,4 +452,45 @@ bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream)
     if (atomic_load_explicit(&tc->count, memory_order_relaxed) >= pool->tc.blocks)
         return false;
     return file_entry(pool, tc, addr, stream);
+}
+
+/* ---------------------------------------------------------------- the pool's totals */
+
+void pool_totals_locked(gm_pool *pool, pool_totals *out)
+{
+    int64_t live = 0, alloc = 0;
+    uint64_t frees = 0, hits = 0;
+    size_t cached_blocks = 0, cached_bytes = 0;
+    for (gm_tcache *tc = pool->tc.list; tc; tc = tc->pool_next) {
+        live += atomic_load_explicit(&tc->live_delta, memory_order_relaxed);
+        alloc += atomic_load_explicit(&tc->alloc_delta, memory_order_relaxed);
+        frees += atomic_load_explicit(&tc->frees, memory_order_relaxed);
+        hits += atomic_load_explicit(&tc->hits, memory_order_relaxed);
+        cached_blocks += atomic_load_explicit(&tc->count, memory_order_relaxed); /* exact only
+                                                                    with the world stopped */
+        cached_bytes += atomic_load_explicit(&tc->bytes, memory_order_relaxed);
+    }
+    out->live_bytes = (size_t)(signed_of(pool->counters.live_bytes) + live);
+    out->allocated_bytes = (size_t)(signed_of(pool->counters.allocated_bytes) + alloc);
+    out->live_blocks = pool->counters.live_blocks + (size_t)(hits - frees);
+    out->alloc_count = pool->counters.alloc_count + hits;
+    out->free_count = pool->counters.free_count + frees;
+    out->thread_hits = hits;
+    out->thread_cached_blocks = cached_blocks;
+    out->thread_cached_bytes = cached_bytes;
+}
+
+/* Every locked allocation calls this: it adds up only the two deltas a peak needs. */
+void pool_update_peaks_locked(gm_pool *pool)
+{
+    int64_t live =
+        signed_of(atomic_load_explicit(&pool->counters.live_bytes, memory_order_relaxed));
+    int64_t alloc =
+        signed_of(atomic_load_explicit(&pool->counters.allocated_bytes, memory_order_relaxed));
+    for (const gm_tcache *tc = pool->tc.list; tc; tc = tc->pool_next) {
+        live += atomic_load_explicit(&tc->live_delta, memory_order_relaxed);
+        alloc += atomic_load_explicit(&tc->alloc_delta, memory_order_relaxed);
+    }
+    peak_raise(&pool->counters.peak_live, (size_t)live);
+    peak_raise(&pool->counters.peak_allocated, (size_t)alloc);
 }

@@ -1,38 +1,12 @@
 /*
- * Per-thread lock-free caches (tcache.c; docs/cache.md): what other files call, and a thread
- * cache's record, shared with counters.c: the counters read each cache's deltas (live_delta,
- * alloc_delta, hits, frees, count, bytes) to add up the pool's totals and peaks; only tcache.c
- * writes a cache.
+ * Per-thread lock-free caches (tcache.c; docs/cache.md): what other files call. A thread
+ * cache's record is tcache.c's alone: the pool's totals and peaks, which add up each cache's
+ * deltas, are computed there (pool_totals_locked, pool_update_peaks_locked).
  */
 #ifndef GM_TCACHE_H
 #define GM_TCACHE_H
 
 #include "types.h"
-
-enum { TC_MAX = 64, TC_HASHES = 64 };
-static_assert(TC_MAX <= 64, "an entry set is one uint64_t");
-
-typedef struct tc_entry {
-    gm_block *b;
-    uintptr_t addr; /* b->addr: the lookup finds the shard without touching the record, which a
-                       stopped world may have retired and recycled meanwhile (a data race) */
-    size_t size;
-    gm_stream stream;
-} tc_entry;
-
-struct gm_tcache {
-    gm_pool *pool;  /* NULL once the pool is destroyed (registry lock + every shard lock) */
-    uint64_t pool_id;
-    gm_tcache *pool_prev, *pool_next; /* the pool's list (pool lock) */
-    gm_tcache *thread_next;           /* the owner thread's list */
-    _Atomic unsigned count; /* changed under a shard lock; read by the owner without one */
-    _Atomic size_t bytes;
-    _Atomic uint64_t by_hash[TC_HASHES]; /* bit i: entry i's size has this hash, so a lookup
-                                            visits only candidates; written like count */
-    _Atomic int64_t live_delta, alloc_delta;
-    _Atomic uint64_t hits, frees; /* hits are its allocations too; live blocks: hits - frees */
-    tc_entry e[TC_MAX];
-};
 
 /* The thread's cached block for rq on `stream`, without the pool lock; false on a miss (a
  * thread without a cache registers one first), which a request of granted size 0 (size 0, or
@@ -53,6 +27,17 @@ uint64_t tcache_next_pool_id(void);
 /* This thread's most recently used thread cache (tcache.c), or NULL. */
 extern _Thread_local gm_tcache *tls_last;
 
+/* The pool's figures (counters.h) with every thread cache's deltas added. */
+typedef struct pool_totals {
+    size_t live_bytes, allocated_bytes, live_blocks;
+    uint64_t alloc_count, free_count, thread_hits;
+    size_t thread_cached_blocks, thread_cached_bytes;
+} pool_totals;
+void pool_totals_locked(gm_pool *pool, pool_totals *out);
+/* Raise the live and allocated peaks to the totals (every locked allocation, after
+ * note_live). */
+void pool_update_peaks_locked(gm_pool *pool);
+
 /* Under the pool lock: may another thread be touching the live map? Only a thread with a
  * registered thread cache of this pool reaches the lock-free path (tcache.c), and registering
  * takes the pool lock; so while no cache is registered, or only this thread's, nobody else
@@ -65,11 +50,5 @@ static inline bool live_map_shared_locked(gm_pool *pool)
     return n > 1 || (n == 1 && pool->tc.list != tls_last);
 }
 
-/* The live-map shard of a block's address: inline, as the lock-free path calls it twice. */
-static inline live_shard *shard_of(gm_pool *pool, uintptr_t addr)
-{
-    return &pool->shards[align_hash(addr) >> 58]; /* the top 6 bits: LIVE_SHARDS == 64 */
-}
-static_assert(LIVE_SHARDS == 64, "shard_of takes 6 bits");
 
 #endif

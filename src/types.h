@@ -561,6 +561,21 @@ struct gm_pool {
                                                      (cond);                                    \
              a++)
 #define HEAPS_FOR_EACH_ARENA(pool, h, a) HEAPS_FOR_EACH_ARENA_WHILE(pool, h, a, true)
+/* A heap's index, and the arena of a heap by index: what a record kept while the heaps array
+ * may move (it grows) names instead of a pointer (an old mapping, the ladder's arena). */
+static inline size_t heap_index(const gm_pool *pool, const gm_heap *h)
+{
+    return (size_t)(h - pool->heaps);
+}
+static inline gm_arena *heap_arena(gm_pool *pool, size_t heap, int kind)
+{
+    return &pool->heaps[heap].arenas[kind];
+}
+/* Whether arena a is one of the first heap's (the first stream that allocated). */
+static inline bool arena_of_first_heap(const gm_pool *pool, const gm_arena *a)
+{
+    return a->heap == pool->heaps;
+}
 
 /* A request routed and rounded once per gm_alloc: the thread cache and the locked path both
  * use it. grant() depends only on the configuration and the arena kind, so the pool's

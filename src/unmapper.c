@@ -30,7 +30,6 @@
 #include "counters.h"
 #include "events.h"
 #include "lock.h"
-#include "segment.h"
 #include "types.h"
 #include "unmapper.h"
 

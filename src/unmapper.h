@@ -34,4 +34,10 @@ static inline bool vmm_aliases_any(const gm_pool *pool)
     return pool->seg.alias_count || unmapper_cur(pool);
 }
 
+/* The arena whose pages hold alias al (its heap by index: the heaps array moves). */
+static inline gm_arena *vmm_alias_arena(gm_pool *pool, const vmm_alias *al)
+{
+    return heap_arena(pool, al->heap, al->kind);
+}
+
 #endif
