@@ -1,7 +1,7 @@
 /*
  * Per-thread caches: the lock-free fast path (issue 5).
  *
- * Each thread that uses a pool gets a small cache of blocks it freed (at most tc_blocks blocks
+ * Each thread that uses a pool gets a small cache of blocks it freed (at most tc.blocks blocks
  * and TC_BYTES bytes, each block at most TC_BLOCK_MAX). A free of a block that only its own
  * stream used files it here; an allocation of the same granted size on the same stream takes
  * it back. Neither takes the pool lock: the only lock on the fast path is the spin lock of the
