@@ -764,13 +764,15 @@ typedef struct gm_stats {
                                     and were served from a new range by mapping free physical
                                     pages there (stitching, no copy; docs/defrag.md) */
     uint64_t vmm_runs_recycled;  /* VMM: idle physical runs unmapped and mapped where a block
-                                    needed pages (no new memory; docs/segments.md) */
+                                    needed pages (no new memory; docs/architecture.md,
+                                    "VMM pages") */
     uint64_t vmm_runs_recycled_across; /* of those, runs taken from another stream's heap */
     uint64_t vmm_waits_avoided;  /* VMM: blocks placed past the range's mapped pages because
                                     their place still held an old mapping (no wait) */
     size_t vmm_alias_pages;      /* VMM: pages of recycled runs still mapped at their old place
                                     as well, until the work queued there before the move has
-                                    finished (no wait; docs/segments.md, "Recycling") */
+                                    finished (no wait; docs/architecture.md, "Recycling
+                                    without waiting") */
     uint64_t vmm_unmaps_async;   /* VMM: of those old mappings, the ones the unmapping thread
                                     unmapped (gm_config.vmm_unmap_thread) */
 

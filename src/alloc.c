@@ -19,9 +19,20 @@
  * from the header of the file that owns it (arena.h, retire.h), so that gm_alloc and gm_free
  * stay one function each.
  */
+#include "alloc.h"
 #include "arena.h"
+#include "blocks.h"
+#include "cache.h"
+#include "counters.h"
+#include "error.h"
+#include "lock.h"
+#include "oom.h"
 #include "release.h"
 #include "retire.h"
+#include "share.h"
+#include "tag.h"
+#include "tcache.h"
+#include "tracing.h"
 
 #include <stdlib.h>
 
@@ -103,7 +114,8 @@ static GM_INLINE gm_status alloc_request_locked(gm_pool *pool, const gm_request 
     if (!filed)
         return alloc_unfiled_locked(pool, b);
     note_live(pool, size, block_size, true);
-    pool->alloc_count++;
+    pool_update_peaks_locked(pool);
+    pool->counters.alloc_count++;
     *out = b;
     return GM_OK;
 }
@@ -129,22 +141,22 @@ enum { TC_WAKE_WINDOW = 256, TC_WAKE_REUSES = 128 };
 /* The pool lock on the allocation paths: a wait for it wakes the thread caches. */
 static GM_INLINE void pool_lock_hot(gm_pool *pool)
 {
-    if (gm_mutex_lock_waited(&pool->lock) && pool->tc_watch)
+    if (gm_mutex_lock_waited(&pool->lock) && pool->tc.watch)
         tcache_engage_locked(pool);
 }
 
 static GM_COLD void watch_window_end_locked(gm_pool *pool)
 {
-    if (pool->tc_reuses >= TC_WAKE_REUSES)
+    if (pool->tc.reuses >= TC_WAKE_REUSES)
         tcache_engage_locked(pool);
-    pool->tc_watched = pool->tc_reuses = 0;
+    pool->tc.watched = pool->tc.reuses = 0;
 }
 
 /* A locked allocation at addr while the thread caches sleep. */
 static GM_INLINE void watch_alloc_locked(gm_pool *pool, uintptr_t addr)
 {
-    pool->tc_reuses += addr == pool->tc_last_freed;
-    if (++pool->tc_watched == TC_WAKE_WINDOW)
+    pool->tc.reuses += addr == pool->tc.last_freed;
+    if (++pool->tc.watched == TC_WAKE_WINDOW)
         watch_window_end_locked(pool);
 }
 
@@ -160,7 +172,7 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
     pool_request(pool, size, &rq);
     /* Size 0 needs no test here: its granted size is 0, which no thread-cache entry has, so
      * tcache_alloc misses and the locked path refuses it. One test while the caches sleep. */
-    if (atomic_load_explicit(&pool->tc_live, memory_order_relaxed) &&
+    if (atomic_load_explicit(&pool->tc.live, memory_order_relaxed) &&
         tcache_alloc(pool, &rq, stream, out)) {
         if (GM_DEBUG >= 3)
             debug_validate(pool);
@@ -177,7 +189,7 @@ gm_status gm_alloc(gm_pool *pool, size_t size, gm_stream stream, void **out)
     if (GM_DEBUG >= 3)
         pool->debug_check(pool);
     void *addr = (void *)b->addr; /* read before the unlock's atomic: no reload after it */
-    if (pool->tc_watch)
+    if (pool->tc.watch)
         watch_alloc_locked(pool, b->addr);
     if (GM_UNLIKELY(pool->trace)) /* under the lock: the trace keeps the pool's order */
         tracing_alloc(pool->trace, addr, size, stream);
@@ -213,7 +225,7 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
     if (!ptr)
         return free_null(pool);
     uintptr_t addr = (uintptr_t)ptr;
-    if (atomic_load_explicit(&pool->tc_live, memory_order_relaxed) &&
+    if (atomic_load_explicit(&pool->tc.live, memory_order_relaxed) &&
         tcache_free(pool, addr, stream)) {
         if (GM_DEBUG >= 3)
             debug_validate(pool);
@@ -242,7 +254,7 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
     free_unmapped_block_locked(pool, b, stream);
     if (GM_DEBUG >= 3)
         pool->debug_check(pool);
-    pool->tc_last_freed = addr; /* for watch_alloc_locked; harmless once the caches are awake */
+    pool->tc.last_freed = addr; /* for watch_alloc_locked; harmless once the caches are awake */
     gm_mutex_unlock(&pool->lock);
     return GM_OK;
 }

@@ -6,7 +6,12 @@
  * (oom.c) and gm_alloc, above the caches, growth, the strategies and the segments.
  */
 #include "arena.h"
+#include "cache.h"
+#include "error.h"
+#include "growth.h"
 #include "release.h"
+#include "segment.h"
+#include "tcache.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +22,7 @@ bool arenas_init(gm_pool *pool, gm_arena *arenas, gm_heap *h)
         gm_arena *a = &arenas[k];
         a->heap = h;
         a->kind = k;
-        a->pool_idle_runs = &pool->vmm_idle_runs;
+        a->pool_idle_runs = &pool->seg.vmm_idle_runs;
         a->idle_head = PAGE_NONE;
         a->ops = strategy_of(pool->cfg.strategy, k);
         if (a->ops->init(&pool->strat, a) != GM_OK) {
@@ -39,16 +44,14 @@ GM_COLD gm_heap *heap_add_locked(gm_pool *pool, gm_stream stream)
             return NULL;
         if (pool->heap_count)
             memcpy(heaps, pool->heaps, pool->heap_count * sizeof *heaps);
-        for (size_t i = 0; i < pool->heap_count; i++)
-            for (int k = 0; k < ARENA_COUNT; k++) {
-                gm_arena *a = &heaps[i].arenas[k];
-                a->heap = &heaps[i];
-                for (gm_span *s = a->spans; s; s = s->next)
-                    s->arena = a;
-            }
         free(pool->heaps);
         pool->heaps = heaps;
         pool->heap_cap = cap;
+        HEAPS_FOR_EACH_ARENA(pool, i, a) {
+            a->heap = &heaps[i];
+            for (gm_span *s = a->spans; s; s = s->next)
+                s->arena = a;
+        }
     }
     gm_heap *h = &pool->heaps[pool->heap_count++];
     memset(h, 0, sizeof *h);
@@ -174,14 +177,14 @@ static gm_block *vmm_place_clear(gm_pool *pool, gm_arena *a, gm_block *b, size_t
         return b;
     flags_set(top, 0); /* taken: b's give must not merge it */
     a->ops->give(&pool->strat, a, b); /* still flagged free: back to the free structures */
-    pool->vmm_waits_avoided++;
+    pool->seg.vmm_waits_avoided++;
     return top;
 }
 
 __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_arena *a,
                                                            size_t granted, gm_block **out)
 {
-    pool->va_refused = 0; /* what this attempt's reservations meet is what its failure says */
+    pool->seg.va_refused = 0; /* what this attempt's reservations meet is what its failure says */
     if (!a->spans) {
         gm_status st = span_create_vmm_locked(pool, a, granted);
         if (st != GM_OK)
@@ -212,4 +215,44 @@ __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_are
     }
     *out = b;
     return GM_OK;
+}
+
+/* gm_free, gm_record_stream and gm_ipc_export of a pointer that is no live block: which block
+ * of which heap holds it says why (error.c words the failure). O(blocks). */
+gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn)
+{
+    HEAPS_FOR_EACH_ARENA(pool, h, a)
+        for (gm_span *s = a->spans; s; s = s->next) {
+            if (addr < s->base || addr - s->base >= s->size)
+                continue;
+            for (gm_block *b = s->first; b; b = b->phys_next) {
+                if (addr < b->addr || addr - b->addr >= b->size)
+                    continue;
+                /* Cached, pending and thread-cached blocks are freed blocks, whole. A
+                 * free block on its strategy's lists was returned at this address if its
+                 * record says so (handed_out); elsewhere in free memory the pool cannot
+                 * tell a pointer it never returned from one whose block has merged with
+                 * free neighbours since its free: not called a double free. */
+                if (b->flags & (BLOCK_PENDING | BLOCK_CACHED | BLOCK_THREAD) ||
+                    (b->flags & BLOCK_FREE && addr == b->addr && b->handed_out))
+                    return pool_fail_locked(pool, GM_ERR_DOUBLE_FREE,
+                                            "%s: %p is not live: it was already freed "
+                                            "(double free)", fn, (void *)addr);
+                if (b->flags & BLOCK_FREE)
+                    return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
+                                            "%s: %p is not a live block: it lies in free "
+                                            "memory of this pool where no block it returned "
+                                            "starts (a pointer it never returned, or one "
+                                            "whose block was freed and has merged with free "
+                                            "neighbours since)", fn, (void *)addr);
+                return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
+                                        "%s: %p is an interior pointer into the live block "
+                                        "%p of %zu bytes", fn, (void *)addr,
+                                        (void *)b->addr, b->requested);
+            }
+        }
+    return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
+                            "%s: %p is not memory of this pool (a foreign pointer, or a block "
+                            "whose segment was already given back to the device)", fn,
+                            (void *)addr);
 }

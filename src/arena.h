@@ -6,8 +6,8 @@
 #ifndef GM_ARENA_H
 #define GM_ARENA_H
 
-#include "internal.h"
 #include "strategy.h"
+#include "types.h"
 
 /* Set up arenas[ARENA_SMALL, ARENA_LARGE] of heap h (NULL: the pool's state-only grant_arenas)
  * with the configured strategies; false, none left set up, if host memory is exhausted. */
@@ -21,6 +21,9 @@ gm_status arena_alloc_plain_miss_locked(gm_pool *pool, gm_arena *a, size_t grant
 /* arena_alloc_locked of a VMM arena: its range reserved at first use, pages mapped for the
  * block. */
 gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_arena *a, size_t granted, gm_block **out);
+
+/* Explain why `addr` is not a live block of this pool (double free, interior, foreign). */
+gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn);
 
 /* heap_of_locked past the first HEAP_SCAN heaps: the stream's heap through the pool's hash
  * index of streams, created (and indexed) on first use; NULL if host memory is exhausted. */

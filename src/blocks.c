@@ -1,5 +1,5 @@
 /*
- * Block records (blocks.h) and the live map's growth (internal.h: block_map). Below every
+ * Block records (blocks.h) and the live map's growth (types.h: block_map). Below every
  * layer that makes or finds blocks; calls nothing but host memory.
  */
 #include "blocks.h"
@@ -63,7 +63,7 @@ void block_records_free(block_records *r)
     r->spare = NULL;
 }
 
-/* The map's operations are inline (internal.h, hashmap.h); growing is not. Shards start small
+/* The map's operations are inline (types.h, hashmap.h); growing is not. Shards start small
  * and double as they fill: 64 maps of 1024 slots, zeroed at their first insert, cost a single
  * replay of gpt2_train 11 instructions per operation. */
 enum { BMAP_FIRST_CAP = 128 };

@@ -14,7 +14,7 @@
 #ifndef GM_BLOCKS_H
 #define GM_BLOCKS_H
 
-#include "internal.h"
+#include "types.h"
 
 GM_COLD bool block_chunk_add_locked(block_records *r); /* more spare records */
 
@@ -43,5 +43,12 @@ gm_block *block_new_locked(block_records *r);
 void block_delete_locked(block_records *r, gm_block *b);
 /* Free every chunk (pool destruction: no record is used any more). */
 void block_records_free(block_records *r);
+
+/* The live-map shard of a block's address: inline, as the lock-free path calls it twice. */
+static inline live_shard *shard_of(gm_pool *pool, uintptr_t addr)
+{
+    return &pool->shards[align_hash(addr) >> 58]; /* the top 6 bits: LIVE_SHARDS == 64 */
+}
+static_assert(LIVE_SHARDS == 64, "shard_of takes 6 bits");
 
 #endif

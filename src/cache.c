@@ -32,8 +32,11 @@
  * most CLASS_LIMIT classes (twice when the first block that fits was last used on another
  * stream: the second look asks about streams).
  */
-#include "internal.h"
+#include "cache.h"
+#include "counters.h"
+#include "events.h"
 #include "release.h"
+#include "types.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,7 +99,7 @@ void cache_init(gm_cache *c, const gm_config *cfg, size_t capacity)
     c->large_min = cfg->cache_large_min;
     c->ratio = cfg->cache_approx_ratio;
     c->live_ratio = cfg->cache_cap_live_ratio;
-    /* resolve_config (pool.c) checks both; bucket_of and the approx window rely on them */
+    /* config_resolve (config.c) checks both; bucket_of and the approx window rely on them */
     GM_ASSERT(c->small_max <= c->large_min && c->ratio > 0 && c->ratio <= 1);
     c->cap = cfg->cache_cap_bytes ? cfg->cache_cap_bytes
                                   : (size_t)((double)capacity * cfg->cache_cap_fraction);
@@ -339,7 +342,7 @@ static inline size_t cache_cap_now(const gm_pool *pool)
      * never above cap_floor when below CACHE_CAP_FLOOR, so max() gives the floor rule. Most puts
      * take one of the first two answers, which give the same figure (cache_init). */
     const gm_cache *c = &pool->cache;
-    size_t allocated = atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed);
+    size_t allocated = atomic_load_explicit(&pool->counters.allocated_bytes, memory_order_relaxed);
     if (allocated < c->floor_until)
         return c->cap_floor;
     if (allocated < c->dynamic_until)

@@ -10,7 +10,9 @@
  * Errors go to gm_last_error(NULL) and name the key, the value and what is valid; on any error
  * the configuration is unchanged. Every number is checked for overflow.
  */
-#include "internal.h"
+#include "config.h"
+#include "error.h"
+#include "types.h"
 
 #include <ctype.h>
 #include <errno.h>

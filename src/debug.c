@@ -1,8 +1,8 @@
 /*
- * Debug support (docs/testing.md): the failure report of GM_ASSERT (internal.h) and the state
+ * Debug support (docs/testing.md): the failure report of GM_ASSERT (types.h) and the state
  * of the host-allocation fault injection (hostmem.h).
  */
-#include "internal.h"
+#include "types.h"
 
 #include <stdio.h>
 

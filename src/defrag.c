@@ -46,9 +46,20 @@
  * candidates and B blocks of the arena (the target search walks the arena in address order),
  * at most `budget` bytes copied.
  */
-#include "internal.h"
+#include "alloc.h"
+#include "blocks.h"
+#include "counters.h"
+#include "defrag.h"
+#include "error.h"
+#include "events.h"
+#include "lock.h"
+#include "oom.h"
 #include "release.h"
+#include "retire.h"
+#include "segment.h"
 #include "strategy.h"
+#include "tcache.h"
+#include "types.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -76,10 +87,10 @@ static gm_status lookup_locked(gm_pool *pool, const gm_handle *h, const char *fn
     uint32_t i = (uint32_t)(v & HANDLE_MASK), gen = (uint32_t)((v >> 24) & HANDLE_MASK);
     if (!h)
         return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT, "%s: the handle is NULL", fn);
-    if ((v >> 48) != pool_tag(pool) || i == 0 || i > pool->handle_cap)
+    if ((v >> 48) != pool_tag(pool) || i == 0 || i > pool->defrag.handle_cap)
         return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
                                 "%s: %p is not a handle of this pool", fn, (const void *)h);
-    const handle_slot *sl = &pool->handles[i - 1];
+    const handle_slot *sl = &pool->defrag.handles[i - 1];
     if (sl->gen != gen || !sl->block)
         return pool_fail_locked(pool, freeing ? GM_ERR_DOUBLE_FREE : GM_ERR_UNKNOWN_POINTER,
                                 "%s: handle %p was already freed%s", fn, (const void *)h,
@@ -90,35 +101,35 @@ static gm_status lookup_locked(gm_pool *pool, const gm_handle *h, const char *fn
 
 static gm_status slot_new_locked(gm_pool *pool, uint32_t *out)
 {
-    if (pool->handle_free == UINT32_MAX) {
-        uint32_t old = pool->handle_cap;
+    if (pool->defrag.handle_free == UINT32_MAX) {
+        uint32_t old = pool->defrag.handle_cap;
         uint32_t cap = old ? (old > HANDLE_MASK / 2 ? HANDLE_MASK : old * 2) : 64;
-        handle_slot *v = cap > old ? gm_host_realloc(pool->handles, cap * sizeof *v) : NULL;
+        handle_slot *v = cap > old ? gm_host_realloc(pool->defrag.handles, cap * sizeof *v) : NULL;
         if (!v)
             return pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
                                     "gm_alloc_movable: no handle slot left (%" PRIu32
                                     " movable blocks live, or host memory exhausted)", old);
         for (uint32_t i = cap; i-- > old;) {
-            v[i] = (handle_slot){NULL, 0, 0, pool->handle_free};
-            pool->handle_free = i;
+            v[i] = (handle_slot){NULL, 0, 0, pool->defrag.handle_free};
+            pool->defrag.handle_free = i;
         }
-        pool->handles = v;
-        pool->handle_cap = cap;
+        pool->defrag.handles = v;
+        pool->defrag.handle_cap = cap;
     }
-    uint32_t i = pool->handle_free;
-    pool->handle_free = pool->handles[i].next_free;
+    uint32_t i = pool->defrag.handle_free;
+    pool->defrag.handle_free = pool->defrag.handles[i].next_free;
     *out = i;
     return GM_OK;
 }
 
 static void slot_put_locked(gm_pool *pool, uint32_t i)
 {
-    handle_slot *sl = &pool->handles[i];
+    handle_slot *sl = &pool->defrag.handles[i];
     sl->block = NULL;
     sl->gen = (sl->gen + 1u) & HANDLE_MASK;
     sl->pins = 0;
-    sl->next_free = pool->handle_free;
-    pool->handle_free = i;
+    sl->next_free = pool->defrag.handle_free;
+    pool->defrag.handle_free = i;
 }
 
 /* ---------------------------------------------------------------- compaction */
@@ -160,7 +171,7 @@ static gm_span **sorted_spans(const gm_arena *a, size_t *n)
 
 static bool movable_candidate(const gm_pool *pool, const gm_arena *a, const gm_block *b)
 {
-    return b->handle && b->flags == 0 && pool->handles[b->handle - 1].pins == 0 &&
+    return b->handle && b->flags == 0 && pool->defrag.handles[b->handle - 1].pins == 0 &&
            b->tag == a->heap->stream;
 }
 
@@ -316,7 +327,7 @@ static bool move_block_locked(gm_pool *pool, gm_arena *a, gm_block *c, gm_block 
                                  "gm_defrag_step: host memory exhausted (live map)");
         return false;
     }
-    pool->handles[nb->handle - 1].block = nb;
+    pool->defrag.handles[nb->handle - 1].block = nb;
     nb->handed_out = 1; /* gm_handle_ptr gives the program this address now */
     uintptr_t old = c->addr;
     size_t bytes = nb->requested;
@@ -324,17 +335,17 @@ static bool move_block_locked(gm_pool *pool, gm_arena *a, gm_block *c, gm_block 
     r->res.blocks_moved++;
     r->res.bytes_moved += bytes;
     r->budget -= bytes;
-    pool->defrag_blocks++;
-    pool->defrag_bytes += bytes;
-    if (pool->relocate_fn)
-        pool->relocate_fn(pool->relocate_user, (void *)old, (void *)nb->addr, bytes);
+    pool->defrag.blocks++;
+    pool->defrag.bytes += bytes;
+    if (pool->defrag.relocate_fn)
+        pool->defrag.relocate_fn(pool->defrag.relocate_user, (void *)old, (void *)nb->addr, bytes);
     return true;
 }
 
 /* Step 2 of the opening comment on one arena. */
 static void compact_arena_locked(gm_pool *pool, gm_arena *a, defrag_run *r)
 {
-    if (!a->ops->take_at || !a->spans || !pool->movable_live)
+    if (!a->ops->take_at || !a->spans || !pool->defrag.movable_live)
         return;
     size_t count = 0, ns = 0;
     for (gm_span *s = a->spans; s; s = s->next)
@@ -380,7 +391,7 @@ static void compact_arena_locked(gm_pool *pool, gm_arena *a, defrag_run *r)
 /* Step 3: wholly free plain segments of arena a back to the device, idle pages unmapped. */
 static void release_arena_locked(gm_pool *pool, gm_arena *a, defrag_run *r)
 {
-    size_t reserved = pool->reserved_bytes;
+    size_t reserved = pool->counters.reserved_bytes;
     for (gm_span *s = a->spans, *next; s; s = next) {
         next = s->next;
         if (!s->vmm && !s->pinned && s->live_blocks == 0) {
@@ -390,7 +401,7 @@ static void release_arena_locked(gm_pool *pool, gm_arena *a, defrag_run *r)
     }
     if (a->pages)
         pages_unmap_idle_locked(pool, a, SIZE_MAX);
-    r->res.bytes_released += reserved - pool->reserved_bytes;
+    r->res.bytes_released += reserved - pool->counters.reserved_bytes;
 }
 
 static bool defrag_oom_hook(gm_pool *pool, gm_arena *a, size_t bytes)
@@ -398,7 +409,7 @@ static bool defrag_oom_hook(gm_pool *pool, gm_arena *a, size_t bytes)
     defrag_run r = {.stream = a->heap->stream, .budget = SIZE_MAX, .time_left = UINT64_MAX,
                     .need = bytes};
     compact_arena_locked(pool, a, &r);
-    pool->defrag_steps++;
+    pool->defrag.steps++;
     if (r.res.blocks_moved && !arena_has_free(a, bytes))
         release_arena_locked(pool, a, &r);
     return r.res.blocks_moved != 0;
@@ -414,12 +425,12 @@ static gm_status step_locked(gm_pool *pool, gm_stream stream, size_t max_bytes,
         if (pool->heaps[h].stream != stream)
             continue;
         for (int k = 0; k < ARENA_COUNT; k++)
-            compact_arena_locked(pool, &pool->heaps[h].arenas[k], &r);
+            compact_arena_locked(pool, heap_arena(pool, h, k), &r);
         for (int k = 0; k < ARENA_COUNT; k++)
-            release_arena_locked(pool, &pool->heaps[h].arenas[k], &r);
+            release_arena_locked(pool, heap_arena(pool, h, k), &r);
     }
     r.res.steps = 1;
-    pool->defrag_steps++;
+    pool->defrag.steps++;
     *out = r.res;
     return r.st;
 }
@@ -428,14 +439,14 @@ static gm_status step_locked(gm_pool *pool, gm_stream stream, size_t max_bytes,
 
 void defrag_init(gm_pool *pool)
 {
-    pool->handle_free = UINT32_MAX;
+    pool->defrag.handle_free = UINT32_MAX;
     pool->defrag_hook = defrag_oom_hook;
 }
 
 void defrag_fini(gm_pool *pool)
 {
-    free(pool->handles);
-    pool->handles = NULL;
+    free(pool->defrag.handles);
+    pool->defrag.handles = NULL;
 }
 
 gm_status gm_alloc_movable(gm_pool *pool, size_t size, gm_stream stream, gm_handle **out)
@@ -450,9 +461,9 @@ gm_status gm_alloc_movable(gm_pool *pool, size_t size, gm_stream stream, gm_hand
         slot_put_locked(pool, i);
     if (st != GM_OK)
         return pool_unlock(pool, st);
-    pool->handles[i].block = b;
-    pool->movable_live++;
-    gm_handle *h = encode(pool, i, pool->handles[i].gen);
+    pool->defrag.handles[i].block = b;
+    pool->defrag.movable_live++;
+    gm_handle *h = encode(pool, i, pool->defrag.handles[i].gen);
     if (GM_DEBUG >= 3)
         pool->debug_check(pool);
     gm_mutex_unlock(&pool->lock);
@@ -467,7 +478,7 @@ gm_status gm_handle_ptr(gm_pool *pool, const gm_handle *h, void **out)
     gm_mutex_lock(&pool->lock);
     uint32_t i = 0;
     gm_status st = lookup_locked(pool, h, "gm_handle_ptr", false, &i);
-    void *p = st == GM_OK ? (void *)pool->handles[i].block->addr : NULL;
+    void *p = st == GM_OK ? (void *)pool->defrag.handles[i].block->addr : NULL;
     st = pool_unlock(pool, st);
     if (st == GM_OK)
         *out = p;
@@ -481,10 +492,10 @@ gm_status gm_pin(gm_pool *pool, gm_handle *h)
     gm_mutex_lock(&pool->lock);
     uint32_t i = 0;
     gm_status st = lookup_locked(pool, h, "gm_pin", false, &i);
-    if (st == GM_OK && pool->handles[i].pins == UINT32_MAX)
+    if (st == GM_OK && pool->defrag.handles[i].pins == UINT32_MAX)
         st = pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT, "gm_pin: pin count overflow");
-    if (st == GM_OK && pool->handles[i].pins++ == 0)
-        pool->pinned_live++;
+    if (st == GM_OK && pool->defrag.handles[i].pins++ == 0)
+        pool->defrag.pinned_live++;
     return pool_unlock(pool, st);
 }
 
@@ -495,11 +506,11 @@ gm_status gm_unpin(gm_pool *pool, gm_handle *h)
     gm_mutex_lock(&pool->lock);
     uint32_t i = 0;
     gm_status st = lookup_locked(pool, h, "gm_unpin", false, &i);
-    if (st == GM_OK && pool->handles[i].pins == 0)
+    if (st == GM_OK && pool->defrag.handles[i].pins == 0)
         st = pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
                               "gm_unpin: handle %p is not pinned", (const void *)h);
-    if (st == GM_OK && --pool->handles[i].pins == 0)
-        pool->pinned_live--;
+    if (st == GM_OK && --pool->defrag.handles[i].pins == 0)
+        pool->defrag.pinned_live--;
     return pool_unlock(pool, st);
 }
 
@@ -512,10 +523,10 @@ gm_status gm_free_handle(gm_pool *pool, gm_handle *h, gm_stream stream)
     gm_status st = lookup_locked(pool, h, "gm_free_handle", true, &i);
     if (st != GM_OK)
         return pool_unlock(pool, st);
-    gm_block *b = pool->handles[i].block;
-    if (pool->handles[i].pins)
-        pool->pinned_live--;
-    pool->movable_live--;
+    gm_block *b = pool->defrag.handles[i].block;
+    if (pool->defrag.handles[i].pins)
+        pool->defrag.pinned_live--;
+    pool->defrag.movable_live--;
     slot_put_locked(pool, i);
     pool_free_block_locked(pool, b, stream);
     return pool_unlock(pool, GM_OK);
@@ -527,8 +538,8 @@ gm_status gm_pool_set_relocate_callback(gm_pool *pool, gm_relocate_fn fn, void *
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_set_relocate_callback",
                             "pool is NULL");
     gm_mutex_lock(&pool->lock);
-    pool->relocate_fn = fn;
-    pool->relocate_user = user;
+    pool->defrag.relocate_fn = fn;
+    pool->defrag.relocate_user = user;
     return pool_unlock(pool, GM_OK);
 }
 
@@ -583,8 +594,8 @@ gm_status gm_defrag_maybe(gm_pool *pool, gm_stream stream, size_t max_bytes,
 gm_status defrag_check_locked(gm_pool *pool, size_t movable_in_spans)
 {
     size_t used = 0, pinned = 0, listed = 0;
-    for (uint32_t i = 0; i < pool->handle_cap; i++) {
-        const handle_slot *sl = &pool->handles[i];
+    for (uint32_t i = 0; i < pool->defrag.handle_cap; i++) {
+        const handle_slot *sl = &pool->defrag.handles[i];
         if (!sl->block) {
             if (sl->pins)
                 return pool_fail_locked(pool, GM_ERR_CORRUPT,
@@ -598,17 +609,19 @@ gm_status defrag_check_locked(gm_pool *pool, size_t movable_in_spans)
         used++;
         pinned += sl->pins != 0;
     }
-    for (uint32_t i = pool->handle_free; i != UINT32_MAX; i = pool->handles[i].next_free)
-        if (i >= pool->handle_cap || pool->handles[i].block || ++listed > pool->handle_cap)
+    for (uint32_t i = pool->defrag.handle_free; i != UINT32_MAX;
+         i = pool->defrag.handles[i].next_free)
+        if (i >= pool->defrag.handle_cap || pool->defrag.handles[i].block ||
+            ++listed > pool->defrag.handle_cap)
             return pool_fail_locked(pool, GM_ERR_CORRUPT,
                                     "gm_pool_check: the free handle list is broken");
-    if (used + listed != pool->handle_cap || used != pool->movable_live ||
-        used != movable_in_spans || pinned != pool->pinned_live)
+    if (used + listed != pool->defrag.handle_cap || used != pool->defrag.movable_live ||
+        used != movable_in_spans || pinned != pool->defrag.pinned_live)
         return pool_fail_locked(pool, GM_ERR_CORRUPT,
                                 "gm_pool_check: %zu handles used, %zu free of %" PRIu32
                                 "; counters say %zu movable, %zu pinned; spans hold %zu movable "
                                 "blocks, %zu pinned found",
-                                used, listed, pool->handle_cap, pool->movable_live,
-                                pool->pinned_live, movable_in_spans, pinned);
+                                used, listed, pool->defrag.handle_cap, pool->defrag.movable_live,
+                                pool->defrag.pinned_live, movable_in_spans, pinned);
     return GM_OK;
 }

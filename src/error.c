@@ -4,7 +4,9 @@
  * after the lock is dropped). The bottom of the library: every layer reports through it, and
  * it calls only the backend's error clock, and at GM_DEBUG 3 the check the pool installs.
  */
-#include "internal.h"
+#include "error.h"
+#include "lock.h"
+#include "types.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -151,9 +153,9 @@ gm_status pool_fail_locked(gm_pool *pool, gm_status st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(pool->error_text, sizeof pool->error_text, fmt, ap);
+    vsnprintf(pool->err.text, sizeof pool->err.text, fmt, ap);
     va_end(ap);
-    pool->error_fresh = true;
+    pool->err.fresh = true;
     return st;
 }
 
@@ -166,16 +168,16 @@ gm_status pool_unlock(gm_pool *pool, gm_status st)
     gm_error_fn fn = NULL;
     void *user = NULL;
     if (st != GM_OK) {
-        if (!pool->error_fresh) /* never an earlier call's message */
-            snprintf(pool->error_text, sizeof pool->error_text,
+        if (!pool->err.fresh) /* never an earlier call's message */
+            snprintf(pool->err.text, sizeof pool->err.text,
                      "gpumem: %s (the failing step recorded no detail)", gm_status_str(st));
-        memcpy(tls_error, pool->error_text, sizeof tls_error);
+        memcpy(tls_error, pool->err.text, sizeof tls_error);
         tls_error_pool = pool;
         tls_error_at = backend_error_tick();
-        fn = pool->error_fn;
-        user = pool->error_user;
+        fn = pool->err.fn;
+        user = pool->err.user;
     }
-    pool->error_fresh = false;
+    pool->err.fresh = false;
     gm_mutex_unlock(&pool->lock);
     if (fn)
         fn(user, st, tls_error);
@@ -203,7 +205,7 @@ const char *gm_last_error(gm_pool *pool)
     if (!pool || tls_error_pool == pool)
         return tls_error;
     gm_mutex_lock(&pool->lock);
-    memcpy(tls_error, pool->error_text, sizeof tls_error);
+    memcpy(tls_error, pool->err.text, sizeof tls_error);
     gm_mutex_unlock(&pool->lock);
     tls_error_pool = pool;
     return tls_error;
@@ -214,48 +216,9 @@ gm_status gm_pool_set_error_callback(gm_pool *pool, gm_error_fn fn, void *user)
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_set_error_callback", "pool is NULL");
     gm_mutex_lock(&pool->lock);
-    pool->error_fn = fn;
-    pool->error_user = user;
+    pool->err.fn = fn;
+    pool->err.user = user;
     return pool_unlock(pool, GM_OK);
-}
-
-gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn)
-{
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++)
-            for (gm_span *s = pool->heaps[h].arenas[k].spans; s; s = s->next) {
-                if (addr < s->base || addr - s->base >= s->size)
-                    continue;
-                for (gm_block *b = s->first; b; b = b->phys_next) {
-                    if (addr < b->addr || addr - b->addr >= b->size)
-                        continue;
-                    /* Cached, pending and thread-cached blocks are freed blocks, whole. A
-                     * free block on its strategy's lists was returned at this address if its
-                     * record says so (handed_out); elsewhere in free memory the pool cannot
-                     * tell a pointer it never returned from one whose block has merged with
-                     * free neighbours since its free: not called a double free. */
-                    if (b->flags & (BLOCK_PENDING | BLOCK_CACHED | BLOCK_THREAD) ||
-                        (b->flags & BLOCK_FREE && addr == b->addr && b->handed_out))
-                        return pool_fail_locked(pool, GM_ERR_DOUBLE_FREE,
-                                                "%s: %p is not live: it was already freed "
-                                                "(double free)", fn, (void *)addr);
-                    if (b->flags & BLOCK_FREE)
-                        return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
-                                                "%s: %p is not a live block: it lies in free "
-                                                "memory of this pool where no block it returned "
-                                                "starts (a pointer it never returned, or one "
-                                                "whose block was freed and has merged with free "
-                                                "neighbours since)", fn, (void *)addr);
-                    return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
-                                            "%s: %p is an interior pointer into the live block "
-                                            "%p of %zu bytes", fn, (void *)addr,
-                                            (void *)b->addr, b->requested);
-                }
-            }
-    return pool_fail_locked(pool, GM_ERR_UNKNOWN_POINTER,
-                            "%s: %p is not memory of this pool (a foreign pointer, or a block "
-                            "whose segment was already given back to the device)", fn,
-                            (void *)addr);
 }
 
 void pool_format_bytes(char *buf, size_t len, size_t bytes)

@@ -5,8 +5,10 @@
  * the policy's size applies to it (strategy.h: segment_need, segment_shape). Below the arenas
  * (arena.c), above the strategies and the segments.
  */
-#include "internal.h"
+#include "growth.h"
+#include "segment.h"
 #include "strategy.h"
+#include "types.h"
 
 static size_t clamp_size(size_t v, size_t lo, size_t hi)
 {
@@ -36,13 +38,13 @@ static size_t heap_bytes(const gm_heap *h)
  * prefetch or communication stream beside the main one, or one of many streams). */
 static bool minor_heap(const gm_pool *pool, const gm_arena *a)
 {
-    return heap_bytes(a->heap) < pool->reserved_bytes / 2;
+    return heap_bytes(a->heap) < pool->counters.reserved_bytes / 2;
 }
 
 static size_t geometric_segment_size(const gm_pool *pool, const gm_arena *a)
 {
     const gm_config *c = &pool->cfg;
-    double want = (double)pool->reserved_bytes * c->growth_fraction;
+    double want = (double)pool->counters.reserved_bytes * c->growth_fraction;
     if (a->kind == ARENA_SMALL) {
         size_t hi = c->growth_max / 32;
         if (hi < c->small_segment_bytes)
@@ -111,11 +113,10 @@ static size_t policy_segment_size(const gm_pool *pool, const gm_arena *a, size_t
 /* Whether a plain segment of the pool is wholly free (the initial reserve included). */
 static bool any_free_segment(const gm_pool *pool)
 {
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++)
-            for (const gm_span *s = pool->heaps[h].arenas[k].spans; s; s = s->next)
-                if (!s->vmm && !s->live_blocks)
-                    return true;
+    HEAPS_FOR_EACH_ARENA(pool, h, a)
+        for (const gm_span *s = a->spans; s; s = s->next)
+            if (!s->vmm && !s->live_blocks)
+                return true;
     return false;
 }
 
@@ -133,12 +134,13 @@ static bool any_free_segment(const gm_pool *pool)
 static void make_room_locked(gm_pool *pool, size_t need)
 {
     size_t cap = pool->limit, largest = SIZE_MAX;
-    bool peak_rule = pool->cfg.release == GM_RELEASE_BEFORE_GROW && pool->peak_reserved < cap;
+    bool peak_rule =
+        pool->cfg.release == GM_RELEASE_BEFORE_GROW && pool->counters.peak_reserved < cap;
     if (peak_rule) {
-        cap = pool->peak_reserved;
+        cap = pool->counters.peak_reserved;
         largest = need;
     }
-    if (pool->reserved_bytes + need <= cap)
+    if (pool->counters.reserved_bytes + need <= cap)
         return;
     /* No segment became wholly free since a walk found none: none is (a new segment is taken
      * from at once; the initial reserve and VMM ranges are never counted). Saves the walk over
@@ -149,7 +151,8 @@ static void make_room_locked(gm_pool *pool, size_t need)
         pool->spans_none_at = pool->spans_emptied;
         return;
     }
-    if (peak_rule && pool->reserved_bytes + need - cap > releasable_bytes_locked(pool, largest))
+    if (peak_rule &&
+        pool->counters.reserved_bytes + need - cap > releasable_bytes_locked(pool, largest))
         return;
     release_free_memory_locked(pool, cap > need ? cap - need : 0, largest);
 }
@@ -176,10 +179,10 @@ gm_status grow_plain_locked(gm_pool *pool, gm_arena *a, size_t granted)
 {
     size_t seg = arena_segment_size(pool, a, granted);
     size_t exact = round_up(granted, pool->cfg.segment_rounding);
-    if (seg > exact && pool->reserved_bytes + seg > pool->limit)
+    if (seg > exact && pool->counters.reserved_bytes + seg > pool->limit)
         seg = exact; /* a medium segment does not fit under the cap: try just the block */
     make_room_locked(pool, seg);
-    if (pool->reserved_bytes + seg > pool->limit)
+    if (pool->counters.reserved_bytes + seg > pool->limit)
         return GM_ERR_OUT_OF_MEMORY;
     gm_span *s = NULL;
     gm_status st = span_create_plain_locked(pool, a, seg, &s);

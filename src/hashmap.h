@@ -38,7 +38,7 @@
  * empty, P_empty and P_key supplied, P_grow declared static (the file defines it).
  * Not thread-safe: the owner serializes (the live map's shards have their own locks).
  *
- * Its users: the pool's live map (internal.h), slab's address map (strategy/slab.c) and the
+ * Its users: the pool's live map (types.h), slab's address map (strategy/slab.c) and the
  * CLI's trace reader (tools/gpumem/trace.c: logged pointer -> allocation slot).
  */
 #ifndef GM_HASHMAP_H

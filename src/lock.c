@@ -1,5 +1,5 @@
 /*
- * The contended paths of the pool lock (gm_mutex, internal.h).
+ * The contended paths of the pool lock (gm_mutex, lock.h).
  *
  * A waiter first spins a little: the lock is usually held for well under a microsecond (a
  * locked gm_alloc or gm_free), and sleeping costs two system calls. Then it marks the lock
@@ -9,7 +9,8 @@
  *
  * Also the helper threads' timed waits (gm_cond_wait_ns).
  */
-#include "internal.h"
+#include "lock.h"
+#include "types.h"
 
 #include <time.h>
 

@@ -6,7 +6,16 @@
  * arenas, the caches and the segments.
  */
 #include "arena.h"
+#include "cache.h"
+#include "counters.h"
+#include "error.h"
+#include "events.h"
+#include "growth.h"
+#include "lock.h"
+#include "oom.h"
 #include "retire.h"
+#include "segment.h"
+#include "tcache.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -49,7 +58,7 @@ static GM_COLD gm_status fail_oom_locked(gm_pool *pool, size_t size, gm_stream s
     double rate = fs.total ? 1.0 - (double)fs.largest / (double)fs.total : 0.0;
     char req[32], res[32], live[32], alloc[32], largest[32], total[32], lim[32];
     pool_format_bytes(req, sizeof req, size);
-    pool_format_bytes(res, sizeof res, pool->reserved_bytes);
+    pool_format_bytes(res, sizeof res, pool->counters.reserved_bytes);
     pool_totals t;
     pool_totals_locked(pool, &t);
     pool_format_bytes(live, sizeof live, t.live_bytes);
@@ -60,7 +69,7 @@ static GM_COLD gm_status fail_oom_locked(gm_pool *pool, size_t size, gm_stream s
         snprintf(lim, sizeof lim, "none");
     else
         pool_format_bytes(lim, sizeof lim, pool->limit);
-    pool->oom_count++;
+    pool->counters.oom_count++;
     return pool_fail_locked(
         pool, GM_ERR_OUT_OF_MEMORY,
         "out of memory: cannot allocate %s (%zu bytes) on stream 0x%" PRIxPTR ": %s. "
@@ -95,15 +104,15 @@ static bool in_oom_callback(const gm_pool *pool)
 static GM_COLD gm_status fail_va_locked(gm_pool *pool, size_t size, gm_stream stream)
 {
     char refused[32], held[32], main_range[32], cause[400];
-    pool_format_bytes(refused, sizeof refused, pool->va_refused);
-    pool_format_bytes(held, sizeof held, pool->va_bytes);
+    pool_format_bytes(refused, sizeof refused, pool->seg.va_refused);
+    pool_format_bytes(held, sizeof held, pool->seg.va_bytes);
     pool_format_bytes(main_range, sizeof main_range, pool->cfg.vmm_reserve_bytes);
     snprintf(cause, sizeof cause,
              "the device's virtual address space is exhausted: a virtual range of %s could not "
              "be reserved; this pool holds %s of virtual address space reserved in %zu ranges "
              "over %zu heaps (one per stream; the first stream's arenas reserve vmm_reserve_bytes "
              "= %s each, the others' ranges grow with use)",
-             refused, held, pool->va_ranges, pool->heap_count, main_range);
+             refused, held, pool->seg.va_ranges, pool->heap_count, main_range);
     return fail_oom_locked(pool, size, stream, cause);
 }
 
@@ -118,7 +127,7 @@ static GM_COLD gm_status oom_ladder_locked(gm_pool *pool, gm_arena **ap, size_t 
                                            size_t granted, gm_stream stream, gm_block **out)
 {
     gm_arena *a = *ap;
-    const size_t heap = (size_t)(a->heap - pool->heaps);
+    const size_t heap = heap_index(pool, a->heap);
     const int kind = a->kind;
     gm_status st = GM_ERR_OUT_OF_MEMORY;
     pool->oom_ladder[0]++;
@@ -129,10 +138,9 @@ static GM_COLD gm_status oom_ladder_locked(gm_pool *pool, gm_arena **ap, size_t 
     pool->oom_ladder[1]++;
     (void)drain_locked(pool); /* a failed sync: the release below keeps that memory */
     release_free_memory_locked(pool, 0, SIZE_MAX);
-    if (pool->va_refused) /* the address space ran out: ranges that hold nothing go back */
-        for (size_t h = 0; h < pool->heap_count; h++)
-            for (int k = 0; k < ARENA_COUNT; k++)
-                vmm_release_ranges_locked(pool, &pool->heaps[h].arenas[k]);
+    if (pool->seg.va_refused) /* the address space ran out: ranges that hold nothing go back */
+        HEAPS_FOR_EACH_ARENA(pool, h, each)
+            vmm_release_ranges_locked(pool, each);
     if ((st = arena_alloc_locked(pool, a, granted, out)) != GM_ERR_OUT_OF_MEMORY)
         return st;
     pool->oom_ladder[2]++;
@@ -150,7 +158,7 @@ static GM_COLD gm_status oom_ladder_locked(gm_pool *pool, gm_arena **ap, size_t 
         int again = fn(user, pool, size, stream);
         gm_mutex_lock(&pool->lock);
         tls_oom_frames = frame.outer;
-        a = *ap = &pool->heaps[heap].arenas[kind];
+        a = *ap = heap_arena(pool, heap, kind);
         if (!again)
             break;
         (void)drain_locked(pool); /* what the program freed, back to the device */
@@ -202,7 +210,7 @@ static GM_COLD bool growth_over_limit_locked(const gm_pool *pool, const gm_arena
     }
     if (need < granted)
         need = granted;
-    return need > pool->limit || pool->reserved_bytes > pool->limit - need;
+    return need > pool->limit || pool->counters.reserved_bytes > pool->limit - need;
 }
 
 /* The arena had no block for the request: the out-of-memory ladder, then the failure with its
@@ -213,7 +221,7 @@ GM_COLD gm_status alloc_missed_locked(gm_pool *pool, gm_arena *a, const gm_reque
     size_t size = rq->size, granted = rq->granted;
     if (st == GM_ERR_OUT_OF_MEMORY)
         st = oom_ladder_locked(pool, &a, size, granted, stream, out);
-    if (st == GM_ERR_OUT_OF_MEMORY && pool->va_refused)
+    if (st == GM_ERR_OUT_OF_MEMORY && pool->seg.va_refused)
         return fail_va_locked(pool, size, stream);
     if (st == GM_ERR_OUT_OF_MEMORY) {
         bool limit = growth_over_limit_locked(pool, a, granted);
@@ -228,10 +236,10 @@ GM_COLD gm_status alloc_missed_locked(gm_pool *pool, gm_arena *a, const gm_reque
                                limit ? "the reserve limit is reached" : "the device is full");
     }
     if (st == GM_OK)
-        pool->error_fresh = false; /* what a step of the ladder recorded is not this call's */
-    else if (st == GM_ERR_HOST_MEMORY && !pool->error_fresh)
+        pool->err.fresh = false; /* what a step of the ladder recorded is not this call's */
+    else if (st == GM_ERR_HOST_MEMORY && !pool->err.fresh)
         pool_fail_locked(pool, st, "gm_alloc: host memory exhausted");
-    else if (st != GM_ERR_HOST_MEMORY && (!pool->error_fresh || st == GM_ERR_BACKEND))
+    else if (st != GM_ERR_HOST_MEMORY && (!pool->err.fresh || st == GM_ERR_BACKEND))
         pool_fail_locked(pool, st, "gm_alloc: device call failed: %s", gm_backend_last_error());
     return st;
 }

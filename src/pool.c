@@ -10,16 +10,31 @@
  * stream only after an event on its stream has completed (or with that stream made to wait).
  * Memory on a strategy's free lists belongs to the heap of one stream and goes only to it.
  *
- * One mutex (gm_mutex, internal.h) guards a pool; every function named *_locked runs under it.
+ * One mutex (gm_mutex, lock.h) guards a pool; every function named *_locked runs under it.
  *
  * Bounds: alloc and free are O(1) when served from reserved memory (caches, TLSF, hash map);
  * growth and release make device calls; VMM work is O(pages covered by the block).
  */
-#include "internal.h"
 #include "arena.h"
+#include "cache.h"
+#include "config.h"
+#include "counters.h"
+#include "defrag.h"
+#include "error.h"
+#include "events.h"
+#include "lock.h"
+#include "oom.h"
 #include "release.h"
 #include "retire.h"
+#include "segment.h"
+#include "share.h"
+#include "sleep.h"
+#include "stats.h"
 #include "strategy.h"
+#include "tcache.h"
+#include "tracing.h"
+#include "types.h"
+#include "unmapper.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -60,8 +75,8 @@ gm_status gm_pool_config(gm_pool *pool, gm_config *out)
         return fail_arg(pool, "gm_pool_config", "pool or out is NULL");
     gm_mutex_lock(&pool->lock);
     *out = pool->cfg;
-    out->error_callback = pool->error_fn;
-    out->error_user = pool->error_user;
+    out->error_callback = pool->err.fn;
+    out->error_user = pool->err.user;
     return pool_unlock(pool, GM_OK);
 }
 
@@ -101,23 +116,24 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     pool->debug_check = debug_validate_locked; /* pool_unlock's check at GM_DEBUG 3 */
     pool->granularity = backend->caps.vmm_granularity ? backend->caps.vmm_granularity : 2 * MIB;
     pool->limit = effective_limit(&pool->cfg, backend->caps.capacity);
-    pool->error_fn = pool->cfg.error_callback;
-    pool->error_user = pool->cfg.error_user;
+    pool->err.fn = pool->cfg.error_callback;
+    pool->err.user = pool->cfg.error_user;
     cache_init(&pool->cache, &pool->cfg, backend->caps.capacity);
     pool->cache.park = park_evicted_locked; /* the cache's one way back up (retire.c) */
     pool->seg_hooks.evict_one = evict_one_cached_locked;
-    pool->seg_hooks.grant_peers = peer_grant_locked;
+    pool->seg_hooks.span_added = strategy_span_added;
+    pool->seg_hooks.span_leaving = strategy_span_leaving;
     pool->id = tcache_next_pool_id();
     unsigned tcb = pool->cfg.thread_cache_blocks;
     /* A traced pool has no thread caches: every call then takes the pool lock and is recorded
      * under it, so the trace is the order the pool served the calls in (docs/tracing.md). */
-    pool->tc_blocks = tcb == GM_THREAD_CACHE_OFF || pool->cfg.cache_disable ||
+    pool->tc.blocks = tcb == GM_THREAD_CACHE_OFF || pool->cfg.cache_disable ||
                               pool->cfg.trace_file[0]
                           ? 0
                       : tcb < 64                                            ? tcb
                                                                             : 64;
-    pool->tc_watch = pool->tc_blocks && !pool->cfg.thread_cache_eager;
-    atomic_init(&pool->tc_live, pool->tc_watch ? 0 : pool->tc_blocks);
+    pool->tc.watch = pool->tc.blocks && !pool->cfg.thread_cache_eager;
+    atomic_init(&pool->tc.live, pool->tc.watch ? 0 : pool->tc.blocks);
     for (int i = 0; i < LIVE_SHARDS; i++)
         atomic_flag_clear(&pool->shards[i].lock);
     atomic_init(&pool->lock.state, 0);
@@ -161,7 +177,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
         gm_mutex_unlock(&pool->lock);
         if (st != GM_OK) {
             if (snprintf(why, sizeof why, "initial reserve of %zu bytes failed: %s", initial,
-                         pool->error_fresh ? pool->error_text : gm_backend_last_error()) < 0)
+                         pool->err.fresh ? pool->err.text : gm_backend_last_error()) < 0)
                 why[0] = '\0';
             gm_pool_destroy_force(pool);
             return fail_no_pool(st, "gm_pool_create", why);
@@ -207,7 +223,7 @@ static uint64_t pool_teardown(gm_pool *pool)
         block_release_locked(pool, b);
     }
     if (vmm_aliases_any(pool) && vmm_aliases_reap_locked(pool, true) != GM_OK)
-        lost += pool->alias_count; /* old mappings of moved runs the device would not end */
+        lost += pool->seg.alias_count; /* old mappings of moved runs the device would not end */
     for (int k = 0; k < LIVE_SHARDS; k++) { /* force: live blocks are dropped */
         block_map *m = &pool->shards[k].map;
         for (size_t i = 0; i < m->cap; i++)
@@ -217,21 +233,19 @@ static uint64_t pool_teardown(gm_pool *pool)
                 block_release_locked(pool, b);
             }
     }
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++) {
-            gm_arena *a = &pool->heaps[h].arenas[k];
-            if (a->pages)
-                pages_unmap_idle_locked(pool, a, SIZE_MAX);
-            lost += a->mapped_pages; /* pages whose unmap the device refused */
-            while (a->spans)
-                lost += span_release_force_locked(pool, a->spans) != GM_OK;
-            a->ops->fini(&pool->strat, a);
-        }
+    HEAPS_FOR_EACH_ARENA(pool, h, a) {
+        if (a->pages)
+            pages_unmap_idle_locked(pool, a, SIZE_MAX);
+        lost += a->mapped_pages; /* pages whose unmap the device refused */
+        while (a->spans)
+            lost += span_release_force_locked(pool, a->spans) != GM_OK;
+        a->ops->fini(&pool->strat, a);
+    }
     lost += sleep_fini_locked(pool); /* a sleeping pool's host copies */
-    for (size_t i = 0; i < pool->event_count; i++) /* a refused one is left to the device */
+    for (size_t i = 0; i < pool->ev.event_count; i++) /* a refused one is left to the device */
         lost += DEVICE_CALL(pool, GM_CALL_EVENT_DESTROY,
-                            be->ops->event_destroy(be, pool->events[i])) != GM_OK;
-    lost += pool->events_lost;
+                            be->ops->event_destroy(be, pool->ev.events[i])) != GM_OK;
+    lost += pool->ev.events_lost;
     for (int k = 0; k < ARENA_COUNT; k++)
         pool->grant_arenas[k].ops->fini(&pool->strat, &pool->grant_arenas[k]);
     gm_mutex_unlock(&pool->lock);
@@ -240,14 +254,14 @@ static uint64_t pool_teardown(gm_pool *pool)
         free(pool->shards[k].map.slots);
     free(pool->heaps);
     free(pool->heap_index.slots);
-    free(pool->synced_index.slots);
-    free(pool->events);
-    if (pool->unreleased_count)
+    free(pool->ev.synced_index.slots);
+    free(pool->ev.events);
+    if (pool->seg.unreleased_count)
         unreleased_retry_locked(pool); /* what still fails is lost with the pool */
-    lost += pool->unreleased_count;
-    free(pool->unreleased);
-    free(pool->aliases);
-    free(pool->synced_streams);
+    lost += pool->seg.unreleased_count;
+    free(pool->seg.unreleased);
+    free(pool->seg.aliases);
+    free(pool->ev.synced_streams);
     defrag_fini(pool);
     error_forget_pool(pool);
     free(pool);
@@ -305,9 +319,8 @@ gm_status gm_trim(gm_pool *pool, size_t keep_bytes)
                               gm_backend_last_error(), gm_status_str(st));
     release_free_memory_locked(pool, keep_bytes, SIZE_MAX);
     if (keep_bytes == 0) /* also give back virtual ranges that hold nothing */
-        for (size_t h = 0; h < pool->heap_count; h++)
-            for (int k = 0; k < ARENA_COUNT; k++)
-                vmm_release_ranges_locked(pool, &pool->heaps[h].arenas[k]);
+        HEAPS_FOR_EACH_ARENA(pool, h, a)
+            vmm_release_ranges_locked(pool, a);
     /* Asleep: what the sleep could not give back, again; awake: the pinned buffer it kept. */
     if (st == GM_OK && (pool->sleep.asleep || (keep_bytes == 0 && pool->sleep.host)))
         st = sleep_trim_locked(pool);
@@ -321,9 +334,9 @@ gm_status gm_pool_reset_peaks(gm_pool *pool)
     gm_mutex_lock(&pool->lock);
     pool_totals t;
     pool_totals_locked(pool, &t);
-    pool->peak_live = t.live_bytes;
-    pool->peak_allocated = t.allocated_bytes;
-    pool->peak_reserved = pool->reserved_bytes;
+    pool->counters.peak_live = t.live_bytes;
+    pool->counters.peak_allocated = t.allocated_bytes;
+    pool->counters.peak_reserved = pool->counters.reserved_bytes;
     return pool_unlock(pool, GM_OK);
 }
 

@@ -3,6 +3,7 @@
  * the segments (pages, span release).
  */
 #include "release.h"
+#include "segment.h"
 
 __attribute__((noinline)) void release_with_pages_or_span(gm_pool *pool, gm_span *s, gm_block *b)
 {

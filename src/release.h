@@ -8,8 +8,8 @@
 #ifndef GM_RELEASE_H
 #define GM_RELEASE_H
 
-#include "internal.h"
 #include "strategy.h"
+#include "types.h"
 
 #include <stdlib.h>
 

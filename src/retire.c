@@ -5,8 +5,12 @@
  * reaches back here only through the callback the pool installs (gm_cache.park: an evicted
  * block last used on another stream waits behind an event).
  */
-#include "retire.h"
+#include "blocks.h"
+#include "counters.h"
+#include "events.h"
+#include "lock.h"
 #include "release.h"
+#include "retire.h"
 
 #include <stdlib.h>
 

@@ -6,7 +6,10 @@
 #ifndef GM_RETIRE_H
 #define GM_RETIRE_H
 
-#include "internal.h"
+#include "cache.h"
+#include "counters.h"
+#include "events.h"
+#include "types.h"
 
 /* A freed block the cache did not take: back to its strategy, directly if its heap's stream
  * was the last user, else behind an event on that user. Out of line. */
@@ -54,9 +57,15 @@ static GM_INLINE void free_on_stream_locked(gm_pool *pool, gm_block *b, gm_strea
 static GM_INLINE void free_unmapped_block_locked(gm_pool *pool, gm_block *b, gm_stream stream)
 {
     note_live(pool, b->requested, b->size, false);
-    pool->free_count++;
+    pool->counters.free_count++;
     note_stream_for_sync(pool, stream);
     free_on_stream_locked(pool, b, stream);
 }
+
+/* Take a live block out of the live map and free it on `stream` (gm_free's locked
+ * path); finish the pending frees whose events completed. */
+void process_pending_locked(gm_pool *pool);
+void pool_free_block_locked(gm_pool *pool, gm_block *b, gm_stream stream);
+void block_retire_locked(gm_pool *pool, gm_block *b);
 
 #endif

@@ -2,14 +2,15 @@
  * Sharing a pool's memory with other devices (peer access) and other processes (IPC)
  * (docs/multi-gpu.md).
  *
- * Peer access. pool->peers lists the devices given access. A plain segment is reachable by a
- * peer once the backend's peer_enable ran (CUDA's peer access is per context and covers every
- * cuMemAlloc of the device); a VMM page only through an access descriptor per mapping, so
- * segment.c calls peer_grant_locked for each run it maps (through the hook the pool installs,
- * gm_pool.seg_hooks), and enabling a peer walks the pages mapped so far.
+ * Peer access. pool->share.peers lists the devices given access. A plain segment is reachable
+ * by a peer once the backend's peer_enable ran (CUDA's peer access is per context and covers
+ * every cuMemAlloc of the device); a VMM page only through an access descriptor per mapping, so
+ * segment_vmm.c calls peer_grant_locked for each run it maps (through the hook this file
+ * installs with the first peer, gm_pool.seg_hooks.grant_peers), and enabling a peer walks the
+ * pages mapped so far.
  *
- * IPC. Each gm_ipc_export makes one record (pool->exports): the block, the backend's blob and,
- * once the program freed the block, the stream of that free. Invariants (under the pool lock):
+ * IPC. Each gm_ipc_export makes one record (pool->share.exports): the block, the backend's
+ * blob and, once the program freed the block, the stream of that free. Invariants (under the pool lock):
  *     a block has BLOCK_EXPORTED  <=>  some record names it (and it is in the live map)
  *     BLOCK_HELD  =>  BLOCK_EXPORTED: the program freed it; the last release frees it for real
  * An exported block stays live, so nothing reuses, moves or releases its memory: the caches and
@@ -22,7 +23,15 @@
  *
  * Bounds: export and release O(exports) plus one backend call; enabling a peer O(mapped pages).
  */
-#include "internal.h"
+#include "arena.h"
+#include "blocks.h"
+#include "error.h"
+#include "lock.h"
+#include "retire.h"
+#include "segment.h"
+#include "share.h"
+#include "tcache.h"
+#include "types.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -40,8 +49,8 @@ struct ipc_export {
 
 static bool peer_listed_locked(const gm_pool *pool, const gm_backend *peer)
 {
-    for (unsigned i = 0; i < pool->peer_count; i++)
-        if (pool->peers[i] == peer)
+    for (unsigned i = 0; i < pool->share.peer_count; i++)
+        if (pool->share.peers[i] == peer)
             return true;
     return false;
 }
@@ -50,34 +59,34 @@ static bool peer_listed_locked(const gm_pool *pool, const gm_backend *peer)
 static gm_status peer_grant_mapped_locked(gm_pool *pool, gm_backend *peer)
 {
     gm_backend *be = pool->backend;
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++) {
-            gm_arena *a = &pool->heaps[h].arenas[k];
-            for (size_t r = 0; a->pages && r < a->range_count; r++) {
-                const vmm_range *rg = &a->ranges[r];
-                for (size_t i = 0; i < rg->hwm; i++) {
-                    const vmm_page *pg = &a->pages[rg->first + i];
-                    if (!pg->phys || pg->run != rg->first + i)
-                        continue; /* whole mappings: one grant per run */
-                    uintptr_t addr = rg->base + (i << a->page_shift);
-                    gm_status st = be->ops->peer_map_access(be, peer, addr,
-                                                            pg->run_len * pool->granularity);
-                    if (st != GM_OK)
-                        return st;
-                }
+    HEAPS_FOR_EACH_ARENA(pool, h, a) {
+        for (size_t r = 0; a->pages && r < a->range_count; r++) {
+            const vmm_range *rg = &a->ranges[r];
+            for (size_t i = 0; i < rg->hwm; i++) {
+                const vmm_page *pg = &a->pages[rg->first + i];
+                if (!pg->phys || pg->run != rg->first + i)
+                    continue; /* whole mappings: one grant per run */
+                uintptr_t addr = rg->base + (i << a->page_shift);
+                gm_status st = be->ops->peer_map_access(be, peer, addr,
+                                                        pg->run_len * pool->granularity);
+                if (st != GM_OK)
+                    return st;
             }
         }
+    }
     return GM_OK;
 }
 
-gm_status peer_grant_locked(gm_pool *pool, uintptr_t addr, size_t size)
+/* The segments' hook (gm_pool.seg_hooks.grant_peers): every peer gets access to the VMM pages
+ * just mapped at [addr, addr + size). */
+static gm_status peer_grant_locked(gm_pool *pool, uintptr_t addr, size_t size)
 {
     gm_backend *be = pool->backend;
-    for (unsigned i = 0; i < pool->peer_count; i++) {
-        gm_status st = be->ops->peer_map_access(be, pool->peers[i], addr, size);
+    for (unsigned i = 0; i < pool->share.peer_count; i++) {
+        gm_status st = be->ops->peer_map_access(be, pool->share.peers[i], addr, size);
         if (st != GM_OK)
             return pool_fail_locked(pool, st, "granting peer device %d access to a new page: %s",
-                                    pool->peers[i]->caps.ordinal, gm_backend_last_error());
+                                    pool->share.peers[i]->caps.ordinal, gm_backend_last_error());
     }
     return GM_OK;
 }
@@ -104,7 +113,7 @@ static gm_status peer_refusal_locked(gm_pool *pool, gm_backend *peer)
         return pool_fail_locked(pool, GM_ERR_UNSUPPORTED, "gm_pool_enable_peer_access: no peer "
                                 "path lets device %d access device %d", peer->caps.ordinal,
                                 be->caps.ordinal);
-    if (pool->peer_count == GM_MAX_PEERS)
+    if (pool->share.peer_count == GM_MAX_PEERS)
         return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT, "gm_pool_enable_peer_access: "
                                 "already %d peers", GM_MAX_PEERS);
     return GM_OK;
@@ -131,7 +140,8 @@ gm_status gm_pool_enable_peer_access(gm_pool *pool, gm_backend *peer)
         return pool_unlock(pool, pool_fail_locked(pool, st, "gm_pool_enable_peer_access: device "
                                                   "%d: %s", peer->caps.ordinal,
                                                   gm_backend_last_error()));
-    pool->peers[pool->peer_count++] = peer;
+    pool->share.peers[pool->share.peer_count++] = peer;
+    pool->seg_hooks.grant_peers = peer_grant_locked; /* pages mapped from now on: granted too */
     return pool_unlock(pool, GM_OK);
 }
 
@@ -202,8 +212,8 @@ static void block_flag_locked(gm_pool *pool, gm_block *b, uint32_t set, uint32_t
 static size_t exports_of_locked(const gm_pool *pool, const gm_block *b)
 {
     size_t n = 0;
-    for (size_t i = 0; i < pool->export_count; i++)
-        n += pool->exports[i].block == b;
+    for (size_t i = 0; i < pool->share.export_count; i++)
+        n += pool->share.exports[i].block == b;
     return n;
 }
 
@@ -217,19 +227,19 @@ static gm_status export_locked(gm_pool *pool, gm_block *b, gm_ipc_handle *out)
         return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT, "gm_ipc_export: %p is a movable "
                                 "block (compaction may move it): export gm_alloc blocks",
                                 (void *)b->addr);
-    if (!gm_host_grow((void **)&pool->exports, &pool->export_cap, pool->export_count + 1,
-                      sizeof *pool->exports, 8))
+    if (!gm_host_grow((void **)&pool->share.exports, &pool->share.export_cap,
+                      pool->share.export_count + 1, sizeof *pool->share.exports, 8))
         return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_ipc_export: host memory "
                                 "exhausted");
     gm_backend *be = pool->backend;
     uintptr_t base = 0;
     size_t size = 0;
     export_range(pool, b, &base, &size);
-    ipc_export rec = {.id = ++pool->export_serial, .block = b};
+    ipc_export rec = {.id = ++pool->share.export_serial, .block = b};
     gm_status st = be->ops->ipc_export(be, base, size, b->span->vmm, &rec.blob);
     if (st != GM_OK)
         return pool_fail_locked(pool, st, "gm_ipc_export: %s", gm_backend_last_error());
-    pool->exports[pool->export_count++] = rec;
+    pool->share.exports[pool->share.export_count++] = rec;
     block_flag_locked(pool, b, BLOCK_EXPORTED, 0);
 
     ipc_wire w;
@@ -276,9 +286,9 @@ gm_status share_free_exported_locked(gm_pool *pool, gm_block *b, gm_stream strea
         return pool_fail_locked(pool, GM_ERR_DOUBLE_FREE, "gm_free: %p is not live: it was "
                                 "already freed (double free); its memory is held until its IPC "
                                 "exports are released", (void *)b->addr);
-    for (size_t i = 0; i < pool->export_count; i++)
-        if (pool->exports[i].block == b)
-            pool->exports[i].free_stream = stream;
+    for (size_t i = 0; i < pool->share.export_count; i++)
+        if (pool->share.exports[i].block == b)
+            pool->share.exports[i].free_stream = stream;
     block_flag_locked(pool, b, BLOCK_HELD, 0);
     return GM_OK;
 }
@@ -300,19 +310,19 @@ gm_status gm_ipc_release(gm_pool *pool, const gm_ipc_handle *handle)
                                                   w.pid != (int32_t)getpid() ? "process"
                                                                              : "pool"));
     size_t i = 0;
-    while (i < pool->export_count && pool->exports[i].id != w.export_id)
+    while (i < pool->share.export_count && pool->share.exports[i].id != w.export_id)
         i++;
-    if (i == pool->export_count)
+    if (i == pool->share.export_count)
         return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT, "gm_ipc_release:"
                                                   " export %llu is not live (released twice?)",
                                                   (unsigned long long)w.export_id));
-    ipc_export rec = pool->exports[i];
+    ipc_export rec = pool->share.exports[i];
     gm_backend *be = pool->backend;
     gm_status st = be->ops->ipc_unexport(be, &rec.blob);
     if (st != GM_OK)
         return pool_unlock(pool, pool_fail_locked(pool, st, "gm_ipc_release: %s",
                                                   gm_backend_last_error()));
-    pool->exports[i] = pool->exports[--pool->export_count];
+    pool->share.exports[i] = pool->share.exports[--pool->share.export_count];
     gm_block *b = rec.block;
     if (exports_of_locked(pool, b) == 0) {
         bool held = b->flags & BLOCK_HELD;
@@ -326,11 +336,11 @@ gm_status gm_ipc_release(gm_pool *pool, const gm_ipc_handle *handle)
 void share_fini(gm_pool *pool)
 {
     gm_backend *be = pool->backend;
-    for (size_t i = 0; i < pool->export_count; i++)
-        (void)be->ops->ipc_unexport(be, &pool->exports[i].blob);
-    free(pool->exports);
-    pool->exports = NULL;
-    pool->export_count = pool->export_cap = 0;
+    for (size_t i = 0; i < pool->share.export_count; i++)
+        (void)be->ops->ipc_unexport(be, &pool->share.exports[i].blob);
+    free(pool->share.exports);
+    pool->share.exports = NULL;
+    pool->share.export_count = pool->share.export_cap = 0;
 }
 
 /* ---------------------------------------------------------------- imports (other process) */
@@ -375,14 +385,14 @@ void share_stats_locked(const gm_pool *pool, gm_stats *out)
 {
     out->device = pool->backend->caps.ordinal;
     out->peer_devices = 0;
-    for (unsigned i = 0; i < pool->peer_count; i++)
-        out->peer_devices |= 1ull << (pool->peers[i]->caps.ordinal & 63);
-    out->peer_shared_bytes = pool->peer_count ? pool->reserved_bytes : 0;
+    for (unsigned i = 0; i < pool->share.peer_count; i++)
+        out->peer_devices |= 1ull << (pool->share.peers[i]->caps.ordinal & 63);
+    out->peer_shared_bytes = pool->share.peer_count ? pool->counters.reserved_bytes : 0;
     out->exported_blocks = out->exported_bytes = out->export_held_blocks = 0;
-    for (size_t i = 0; i < pool->export_count; i++) {
-        const gm_block *b = pool->exports[i].block;
+    for (size_t i = 0; i < pool->share.export_count; i++) {
+        const gm_block *b = pool->share.exports[i].block;
         size_t first = 0;
-        while (pool->exports[first].block != b)
+        while (pool->share.exports[first].block != b)
             first++;
         if (first != i)
             continue; /* counted at its first record */
@@ -405,13 +415,13 @@ gm_status share_check_locked(gm_pool *pool, size_t exported_in_spans)
         return pool_fail_locked(pool, GM_ERR_CORRUPT, "gm_pool_check: %zu blocks are flagged "
                                 "exported, the export records name %zu", exported_in_spans,
                                 st.exported_blocks);
-    for (size_t i = 0; i < pool->export_count; i++) {
-        gm_block *b = pool->exports[i].block;
+    for (size_t i = 0; i < pool->share.export_count; i++) {
+        gm_block *b = pool->share.exports[i].block;
         live_shard *sh = shard_of(pool, b->addr);
         if (!(b->flags & BLOCK_EXPORTED) || bmap_lookup(&sh->map, b->addr) != b)
             return pool_fail_locked(pool, GM_ERR_CORRUPT, "gm_pool_check: export %llu names block %p, which is "
                                     "not a live exported block",
-                                    (unsigned long long)pool->exports[i].id, (void *)b->addr);
+                                    (unsigned long long)pool->share.exports[i].id, (void *)b->addr);
     }
     return GM_OK;
 }

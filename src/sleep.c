@@ -25,7 +25,18 @@
  *
  * Bounds: O(blocks + pages + streams x (heaps + recorded streams)).
  */
-#include "internal.h"
+#include "blocks.h"
+#include "counters.h"
+#include "error.h"
+#include "lock.h"
+#include "oom.h"
+#include "retire.h"
+#include "segment.h"
+#include "sleep.h"
+#include "tag.h"
+#include "tcache.h"
+#include "types.h"
+#include "unmapper.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,11 +93,10 @@ static bool block_live(const gm_block *b)
 
 /* Visit every live block of the pool in address order per arena; stops at the first failure. */
 #define FOR_LIVE_BLOCKS(pool, b)                                                               \
-    for (size_t h_ = 0; h_ < (pool)->heap_count; h_++)                                         \
-        for (int k_ = 0; k_ < ARENA_COUNT; k_++)                                               \
-            for (gm_span *s_ = (pool)->heaps[h_].arenas[k_].spans; s_; s_ = s_->next)          \
-                for (gm_block *b = s_->first; b; b = b->phys_next)                             \
-                    if (block_live(b))
+    HEAPS_FOR_EACH_ARENA(pool, h_, a_)                                                         \
+        for (gm_span *s_ = a_->spans; s_; s_ = s_->next)                                       \
+            for (gm_block *b = s_->first; b; b = b->phys_next)                                 \
+                if (block_live(b))
 
 /* The streams the pool has used: every heap's, and those gm_record_stream added to live
  * blocks. Each once. */
@@ -159,18 +169,16 @@ static gm_status host_buffer_free_locked(gm_pool *pool)
 static gm_status release_all_locked(gm_pool *pool)
 {
     gm_status first = GM_OK;
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++) {
-            gm_arena *a = &pool->heaps[h].arenas[k];
-            if (!a->pages)
-                continue;
-            gm_status st = vmm_release_all_locked(pool, a);
-            if (first == GM_OK)
-                first = st;
-        }
-    if (pool->unreleased_count)
+    HEAPS_FOR_EACH_ARENA(pool, h, a) {
+        if (!a->pages)
+            continue;
+        gm_status st = vmm_release_all_locked(pool, a);
+        if (first == GM_OK)
+            first = st;
+    }
+    if (pool->seg.unreleased_count)
         unreleased_retry_locked(pool);
-    if (first == GM_OK && pool->unreleased_count)
+    if (first == GM_OK && pool->seg.unreleased_count)
         first = GM_ERR_BACKEND; /* a release refused now or before: that memory is still held */
     return first;
 }
@@ -261,12 +269,12 @@ gm_status gm_pool_sleep(gm_pool *pool, const char *offload_tags)
                                      "whose addresses cannot be kept once their memory is given "
                                      "back; create the pool with segments=vmm (or auto, on a "
                                      "device with VMM support)"));
-    if (pool->export_count)
+    if (pool->share.export_count)
         return pool_unlock(pool, pool_fail_locked(
                                      pool, GM_ERR_UNSUPPORTED,
                                      "gm_pool_sleep: %zu IPC exports are outstanding: other "
                                      "processes map that memory; gm_ipc_release them first",
-                                     pool->export_count));
+                                     pool->share.export_count));
     tag_set keep;
     gm_status st = tag_set_parse(pool, offload_tags, &keep);
     if (st != GM_OK)
@@ -282,7 +290,7 @@ gm_status gm_pool_sleep(gm_pool *pool, const char *offload_tags)
         st = vmm_aliases_reap_locked(pool, true);
     if (st != GM_OK) {
         free(streams.v);
-        if (!pool->error_fresh)
+        if (!pool->err.fresh)
             pool_fail_locked(pool, st, "gm_pool_sleep: the device could not be synchronized "
                              "or an old mapping unmapped (%s); the pool is as it was",
                              gm_backend_last_error());
@@ -296,16 +304,16 @@ gm_status gm_pool_sleep(gm_pool *pool, const char *offload_tags)
     z->asleep = true;
     z->limit = pool->limit;
     pool->limit = 0;
-    z->tc_live = atomic_load_explicit(&pool->tc_live, memory_order_relaxed);
-    z->tc_watch = pool->tc_watch;
-    atomic_store_explicit(&pool->tc_live, 0, memory_order_relaxed);
-    pool->tc_watch = false;
+    z->tc_live = atomic_load_explicit(&pool->tc.live, memory_order_relaxed);
+    z->tc_watch = pool->tc.watch;
+    atomic_store_explicit(&pool->tc.live, 0, memory_order_relaxed);
+    pool->tc.watch = false;
     pool->cache.enabled = false;
     z->sleeps++;
     st = release_all_locked(pool);
     if (st != GM_OK) {
         char held[32];
-        pool_format_bytes(held, sizeof held, pool->reserved_bytes);
+        pool_format_bytes(held, sizeof held, pool->counters.reserved_bytes);
         pool_fail_locked(pool, st, "gm_pool_sleep: the pool is asleep, but the device refused "
                          "to take some memory back (%s): %s stay reserved; gm_trim tries again, "
                          "gm_pool_wake maps the rest", gm_backend_last_error(), held);
@@ -340,10 +348,9 @@ gm_status gm_pool_wake(gm_pool *pool)
         process_pending_locked(pool);
     pool->limit = z->limit;
     gm_status st = GM_OK;
-    for (size_t h = 0; h < pool->heap_count && st == GM_OK; h++)
-        for (int k = 0; k < ARENA_COUNT && st == GM_OK; k++)
-            if (pool->heaps[h].arenas[k].pages)
-                st = vmm_map_used_locked(pool, &pool->heaps[h].arenas[k]);
+    HEAPS_FOR_EACH_ARENA_WHILE(pool, h, a, st == GM_OK)
+        if (a->pages)
+            st = vmm_map_used_locked(pool, a);
     if (st != GM_OK)
         return pool_unlock(pool, wake_undo_locked(pool, st, "mapping the blocks' memory"));
     stream_list streams = {0};
@@ -369,8 +376,8 @@ gm_status gm_pool_wake(gm_pool *pool)
     saved_drop(z); /* the buffer stays for the next sleep (gm_trim frees it) */
     z->asleep = false;
     pool->cache.enabled = !pool->cfg.cache_disable;
-    pool->tc_watch = z->tc_watch;
-    atomic_store_explicit(&pool->tc_live, z->tc_live, memory_order_relaxed);
+    pool->tc.watch = z->tc_watch;
+    atomic_store_explicit(&pool->tc.live, z->tc_live, memory_order_relaxed);
     z->wakes++;
     return pool_unlock(pool, GM_OK);
 }
@@ -407,11 +414,11 @@ gm_status sleep_check_locked(gm_pool *pool, size_t free_bytes, size_t unreleased
 {
     const pool_sleep *z = &pool->sleep;
     const char *bad = NULL;
-    if (pool->limit || pool->cache.enabled || atomic_load(&pool->tc_live) || pool->tc_watch)
+    if (pool->limit || pool->cache.enabled || atomic_load(&pool->tc.live) || pool->tc.watch)
         bad = "the pool is asleep but may allocate (limit, cache or thread caches on)";
     else if (vmm_aliases_any(pool))
         bad = "the pool is asleep but old mappings of recycled runs remain";
-    else if (free_bytes > pool->reserved_bytes - unreleased)
+    else if (free_bytes > pool->counters.reserved_bytes - unreleased)
         bad = "the pool is asleep and counts more free bytes than it holds";
     else if (z->saved_count && !z->host)
         bad = "the pool is asleep with saved blocks but no host buffer";

@@ -8,9 +8,22 @@
  *
  * Bounds: stats, snapshot and check are O(blocks + mapped pages).
  */
-#include "internal.h"
+#include "blocks.h"
+#include "cache.h"
+#include "counters.h"
+#include "defrag.h"
+#include "error.h"
 #include "json.h"
+#include "lock.h"
+#include "segment.h"
+#include "share.h"
+#include "sleep.h"
+#include "stats.h"
 #include "strategy.h"
+#include "tag.h"
+#include "tcache.h"
+#include "types.h"
+#include "unmapper.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -24,20 +37,20 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
     pool_totals t;
     pool_totals_locked(pool, &t);
     out->live_bytes = t.live_bytes;
-    out->peak_live_bytes = pool->peak_live;
+    out->peak_live_bytes = pool->counters.peak_live;
     out->allocated_bytes = t.allocated_bytes;
-    out->peak_allocated_bytes = pool->peak_allocated;
-    out->reserved_bytes = pool->reserved_bytes;
-    out->peak_reserved_bytes = pool->peak_reserved;
+    out->peak_allocated_bytes = pool->counters.peak_allocated;
+    out->reserved_bytes = pool->counters.reserved_bytes;
+    out->peak_reserved_bytes = pool->counters.peak_reserved;
     out->live_blocks = t.live_blocks;
-    out->segments = pool->segment_count;
+    out->segments = pool->counters.segment_count;
     out->segments_vmm = pool->cfg.segments == GM_SEGMENTS_VMM;
     out->alloc_count = t.alloc_count;
     out->free_count = t.free_count;
-    out->oom_count = pool->oom_count;
-    memcpy(out->device_calls, pool->device_calls, sizeof out->device_calls);
+    out->oom_count = pool->counters.oom_count;
+    memcpy(out->device_calls, pool->counters.device_calls, sizeof out->device_calls);
     out->device_time_ns = pool_device_time_ns(pool);
-    memcpy(out->device_call_ns, pool->device_call_ns, sizeof out->device_call_ns);
+    memcpy(out->device_call_ns, pool->counters.device_call_ns, sizeof out->device_call_ns);
     out->internal_frag_bytes = t.allocated_bytes - t.live_bytes;
     free_summary fs;
     free_summary_locked(pool, &fs);
@@ -48,21 +61,21 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
     cache_stats_locked(pool, out);
     out->cached_bytes += t.thread_cached_bytes;
     out->cached_blocks += t.thread_cached_blocks;
-    out->thread_cache_hits = t.thread_hits + pool->thread_hits_folded;
+    out->thread_cache_hits = t.thread_hits + pool->tc.hits_folded;
     out->cross_stream_reuses = pool->cross_stream_reuses;
     memcpy(out->oom_ladder, pool->oom_ladder, sizeof out->oom_ladder);
-    out->movable_live_blocks = pool->movable_live;
-    out->pinned_live_blocks = pool->pinned_live;
-    out->defrag_steps = pool->defrag_steps;
-    out->defrag_blocks_moved = pool->defrag_blocks;
-    out->defrag_bytes_moved = pool->defrag_bytes;
-    out->vmm_stitches = pool->vmm_stitches;
-    out->vmm_runs_recycled = pool->vmm_runs_recycled;
-    out->vmm_runs_recycled_across = pool->vmm_runs_recycled_across;
-    out->vmm_waits_avoided = pool->vmm_waits_avoided;
+    out->movable_live_blocks = pool->defrag.movable_live;
+    out->pinned_live_blocks = pool->defrag.pinned_live;
+    out->defrag_steps = pool->defrag.steps;
+    out->defrag_blocks_moved = pool->defrag.blocks;
+    out->defrag_bytes_moved = pool->defrag.bytes;
+    out->vmm_stitches = pool->seg.vmm_stitches;
+    out->vmm_runs_recycled = pool->seg.vmm_runs_recycled;
+    out->vmm_runs_recycled_across = pool->seg.vmm_runs_recycled_across;
+    out->vmm_waits_avoided = pool->seg.vmm_waits_avoided;
     out->vmm_alias_pages = 0;
-    for (size_t i = 0; i < pool->alias_count; i++)
-        out->vmm_alias_pages += pool->aliases[i].n;
+    for (size_t i = 0; i < pool->seg.alias_count; i++)
+        out->vmm_alias_pages += pool->seg.aliases[i].n;
     const vmm_alias *cur = unmapper_cur(pool); /* with the unmapping thread (unmapper.c) */
     if (cur)
         out->vmm_alias_pages += cur->n;
@@ -196,10 +209,9 @@ gm_status gm_pool_snapshot(gm_pool *pool, gm_write_fn write, void *user)
     jw_u64(j, "granularity", pool->granularity);
     jw_bool(j, "asleep", st.asleep);
     jw_begin_array(j, "segments");
-    for (size_t h = 0; h < pool->heap_count && !j->failed; h++)
-        for (int k = 0; k < ARENA_COUNT; k++)
-            for (const gm_span *s = pool->heaps[h].arenas[k].spans; s && !j->failed; s = s->next)
-                snapshot_span(pool, j, s, st.peer_devices);
+    HEAPS_FOR_EACH_ARENA_WHILE(pool, h, a, !j->failed)
+        for (const gm_span *s = a->spans; s && !j->failed; s = s->next)
+            snapshot_span(pool, j, s, st.peer_devices);
     jw_end_array(j);
     snapshot_stats(j, &st);
     jw_end_object(j);
@@ -254,7 +266,8 @@ static gm_status check_span(gm_pool *pool, const gm_span *s, uint32_t *users, re
                 return CORRUPT("live block 0x%" PRIxPTR " requested %zu of %zu", b->addr,
                                b->requested, b->size);
             if (b->handle) {
-                if (b->handle > pool->handle_cap || pool->handles[b->handle - 1].block != b)
+                if (b->handle > pool->defrag.handle_cap ||
+                    pool->defrag.handles[b->handle - 1].block != b)
                     return CORRUPT("movable block 0x%" PRIxPTR " and its handle %u disagree",
                                    b->addr, b->handle - 1);
                 rc->movable++;
@@ -285,8 +298,8 @@ static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *u
 {
     size_t mapped = 0, idle = 0, ungranted = 0, retiring = 0, aliased = 0, idle_runs = 0;
     const vmm_alias *cur = unmapper_cur(pool);
-    for (size_t i = 0; i < pool->alias_count + (cur != NULL); i++) {
-        const vmm_alias *al = i < pool->alias_count ? &pool->aliases[i] : cur;
+    for (size_t i = 0; i < pool->seg.alias_count + (cur != NULL); i++) {
+        const vmm_alias *al = i < pool->seg.alias_count ? &pool->seg.aliases[i] : cur;
         if (vmm_alias_arena(pool, al) != a)
             continue;
         for (size_t p = al->first; p < (size_t)al->first + al->n; p++)
@@ -389,16 +402,14 @@ gm_status pool_check_locked(gm_pool *pool)
 {
     recount rc = {0};
     size_t segments = 0;
-    for (size_t h = 0; h < pool->heap_count; h++)
-        for (int k = 0; k < ARENA_COUNT; k++) {
-            const gm_arena *a = &pool->heaps[h].arenas[k];
-            if (a->heap != &pool->heaps[h])
-                return CORRUPT("arena of heap %zu points at another heap", h);
-            gm_status st = check_arena(pool, a, &rc);
-            if (st != GM_OK)
-                return st;
-            segments += a->span_count;
-        }
+    HEAPS_FOR_EACH_ARENA(pool, h, a) {
+        if (heap_index(pool, a->heap) != h)
+            return CORRUPT("arena of heap %zu points at another heap", h);
+        gm_status st = check_arena(pool, a, &rc);
+        if (st != GM_OK)
+            return st;
+        segments += a->span_count;
+    }
     char why[256];
     size_t cached = 0;
     if (cache_check_locked(pool, &cached, why, sizeof why) != GM_OK)
@@ -425,16 +436,18 @@ gm_status pool_check_locked(gm_pool *pool)
     if (rc.thread != t.thread_cached_blocks)
         return CORRUPT("%zu blocks in thread caches, %zu flagged so", t.thread_cached_blocks,
                        rc.thread);
-    size_t spare = pool->unreleased_bytes; /* handles whose release failed (segment.c) */
+    size_t spare = pool->seg.unreleased_bytes; /* handles whose release failed (segment.c) */
     rc.reserved += spare;
-    if (rc.idle_runs != pool->vmm_idle_runs)
-        return CORRUPT("pool counts %zu idle VMM runs, its arenas %zu", pool->vmm_idle_runs,
+    if (rc.idle_runs != pool->seg.vmm_idle_runs)
+        return CORRUPT("pool counts %zu idle VMM runs, its arenas %zu", pool->seg.vmm_idle_runs,
                        rc.idle_runs);
-    if (rc.reserved != pool->reserved_bytes || segments != pool->segment_count)
+    if (rc.reserved != pool->counters.reserved_bytes || segments != pool->counters.segment_count)
         return CORRUPT("reserved %zu bytes in %zu segments counted, %zu in %zu found",
-                       pool->reserved_bytes, pool->segment_count, rc.reserved, segments);
-    if (pool->peak_live < t.live_bytes || pool->peak_reserved < pool->reserved_bytes ||
-        pool->peak_allocated < t.allocated_bytes)
+                       pool->counters.reserved_bytes, pool->counters.segment_count, rc.reserved,
+                       segments);
+    if (pool->counters.peak_live < t.live_bytes ||
+        pool->counters.peak_reserved < pool->counters.reserved_bytes ||
+        pool->counters.peak_allocated < t.allocated_bytes)
         return CORRUPT("a peak is below its current value");
     /* Reserved bytes may exceed the limit: gm_pool_set_reserve_limit may lower it below them. */
     free_summary fs;
@@ -443,9 +456,9 @@ gm_status pool_check_locked(gm_pool *pool)
     if (st != GM_OK)
         return st;
     if (!pool->sleep.asleep && /* asleep, live blocks hold no memory: sleep_check_locked */
-        fs.total != pool->reserved_bytes - t.allocated_bytes - rc.pending_bytes - spare)
+        fs.total != pool->counters.reserved_bytes - t.allocated_bytes - rc.pending_bytes - spare)
         return CORRUPT("free bytes %zu != reserved %zu - allocated %zu - pending %zu - "
-                       "unreleased %zu", fs.total, pool->reserved_bytes, t.allocated_bytes,
+                       "unreleased %zu", fs.total, pool->counters.reserved_bytes, t.allocated_bytes,
                        rc.pending_bytes, spare);
     st = share_check_locked(pool, rc.exported);
     return st != GM_OK ? st : defrag_check_locked(pool, rc.movable);
@@ -470,14 +483,14 @@ void debug_validate_locked(gm_pool *pool)
     tcache_stop_world_locked(pool);
     /* As gm_pool_check, the lock-free path's lazy peaks are brought up to date first, but only
      * for the check: a debug level must not change what the stats report. */
-    size_t peak_live = pool->peak_live, peak_allocated = pool->peak_allocated;
+    size_t peak_live = pool->counters.peak_live, peak_allocated = pool->counters.peak_allocated;
     pool_update_peaks_locked(pool);
     gm_status st = pool_check_locked(pool);
-    pool->peak_live = peak_live;
-    pool->peak_allocated = peak_allocated;
+    pool->counters.peak_live = peak_live;
+    pool->counters.peak_allocated = peak_allocated;
     tcache_start_world_locked(pool);
     gm_host_fault_resume(faults);
     if (st != GM_OK)
-        fprintf(stderr, "gpumem: gm_pool_check failed: %s\n", pool->error_text);
+        fprintf(stderr, "gpumem: gm_pool_check failed: %s\n", pool->err.text);
     GM_ASSERT(st == GM_OK);
 }

@@ -4,7 +4,9 @@
  * counts, fragmentation, segments, the cache and device calls. Built from gm_pool_stats and
  * gm_pool_config alone, so it shows what those report and nothing else.
  */
-#include "internal.h"
+#include "error.h"
+#include "lock.h"
+#include "types.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

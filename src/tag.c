@@ -10,7 +10,9 @@
  * of a thread-local byte (TLS descriptors, -mtls-dialect=gnu2) and one store into the record.
  * The lowest layer: every layer may read the current tag or a name.
  */
-#include "internal.h"
+#include "error.h"
+#include "tag.h"
+#include "types.h"
 
 #include <string.h>
 

@@ -1,7 +1,7 @@
 /*
  * Per-thread caches: the lock-free fast path (issue 5).
  *
- * Each thread that uses a pool gets a small cache of blocks it freed (at most tc_blocks blocks
+ * Each thread that uses a pool gets a small cache of blocks it freed (at most tc.blocks blocks
  * and TC_BYTES bytes, each block at most TC_BLOCK_MAX). A free of a block that only its own
  * stream used files it here; an allocation of the same granted size on the same stream takes
  * it back. Neither takes the pool lock: the only lock on the fast path is the spin lock of the
@@ -32,13 +32,47 @@
  * Bounds: fast alloc and free O(1): an allocation looks only at the entries whose granted size
  * has the request's hash (a 64-bit set of entry indices per hash), newest index first.
  */
-#include "internal.h"
+#include "blocks.h"
+#include "counters.h"
+#include "events.h"
 #include "list.h"
+#include "lock.h"
+#include "retire.h"
 #include "strategy.h"
+#include "tag.h"
 #include "tcache.h"
+#include "types.h"
 
 #include <pthread.h>
 #include <stdlib.h>
+
+enum { TC_MAX = 64, TC_HASHES = 64 };
+static_assert(TC_MAX <= 64, "an entry set is one uint64_t");
+
+typedef struct tc_entry {
+    gm_block *b;
+    uintptr_t addr; /* b->addr: the lookup finds the shard without touching the record, which a
+                       stopped world may have retired and recycled meanwhile (a data race) */
+    size_t size;
+    gm_stream stream;
+} tc_entry;
+
+/* A thread cache's record. Its deltas (live_delta, alloc_delta, hits, frees, count, bytes)
+ * are added up under the pool lock by pool_totals_locked and pool_update_peaks_locked below;
+ * only its owner thread writes them. */
+struct gm_tcache {
+    gm_pool *pool;  /* NULL once the pool is destroyed (registry lock + every shard lock) */
+    uint64_t pool_id;
+    gm_tcache *pool_prev, *pool_next; /* the pool's list (pool lock) */
+    gm_tcache *thread_next;           /* the owner thread's list */
+    _Atomic unsigned count; /* changed under a shard lock; read by the owner without one */
+    _Atomic size_t bytes;
+    _Atomic uint64_t by_hash[TC_HASHES]; /* bit i: entry i's size has this hash, so a lookup
+                                            visits only candidates; written like count */
+    _Atomic int64_t live_delta, alloc_delta;
+    _Atomic uint64_t hits, frees; /* hits are its allocations too; live blocks: hits - frees */
+    tc_entry e[TC_MAX];
+};
 
 /* ---------------------------------------------------------------- registry */
 
@@ -50,7 +84,7 @@ static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t thread_key;
 static _Atomic uint64_t next_pool_id = 1;
 static _Thread_local gm_tcache *tls_list;
-_Thread_local gm_tcache *tls_last; /* internal.h: live_map_shared_locked reads it */
+_Thread_local gm_tcache *tls_last; /* tcache.h: live_map_shared_locked reads it */
 
 uint64_t tcache_next_pool_id(void)
 {
@@ -125,15 +159,15 @@ static void detach_locked(gm_pool *pool, gm_tcache *tc)
 {
     tcache_stop_world_locked(pool);
     retire_entries_locked(pool, tc);
-    pool->live_bytes += (size_t)atomic_load(&tc->live_delta);
-    pool->allocated_bytes += (size_t)atomic_load(&tc->alloc_delta);
+    pool->counters.live_bytes += (size_t)atomic_load(&tc->live_delta);
+    pool->counters.allocated_bytes += (size_t)atomic_load(&tc->alloc_delta);
     uint64_t hits = atomic_load(&tc->hits), frees = atomic_load(&tc->frees);
-    pool->live_blocks += (size_t)(hits - frees);
-    pool->alloc_count += hits;
-    pool->free_count += frees;
-    pool->thread_hits_folded += hits;
-    LIST_UNLINK(pool->tcaches, tc, pool_prev, pool_next);
-    atomic_fetch_sub(&pool->tc_count, 1);
+    pool->counters.live_blocks += (size_t)(hits - frees);
+    pool->counters.alloc_count += hits;
+    pool->counters.free_count += frees;
+    pool->tc.hits_folded += hits;
+    LIST_UNLINK(pool->tc.list, tc, pool_prev, pool_next);
+    atomic_fetch_sub(&pool->tc.count, 1);
     tc->pool = NULL;
     tcache_start_world_locked(pool);
 }
@@ -163,7 +197,7 @@ static void make_key(void)
 
 void tcache_register(gm_pool *pool)
 {
-    if (!pool->tc_blocks || mine(pool) || pthread_once(&key_once, make_key) != 0 ||
+    if (!pool->tc.blocks || mine(pool) || pthread_once(&key_once, make_key) != 0 ||
         thread_key == (pthread_key_t)-1)
         return;
     gm_tcache *tc = gm_host_calloc(1, sizeof *tc);
@@ -185,8 +219,8 @@ void tcache_register(gm_pool *pool)
     }
     gm_mutex_lock(&pool->lock);
     tc->pool = pool;
-    LIST_PUSH(pool->tcaches, tc, pool_prev, pool_next);
-    atomic_fetch_add(&pool->tc_count, 1);
+    LIST_PUSH(pool->tc.list, tc, pool_prev, pool_next);
+    atomic_fetch_add(&pool->tc.count, 1);
     gm_mutex_unlock(&pool->lock);
     tc->thread_next = tls_list;
     tls_list = tls_last = tc;
@@ -198,8 +232,8 @@ void tcache_detach_all(gm_pool *pool)
 {
     pthread_mutex_lock(&registry);
     gm_mutex_lock(&pool->lock);
-    while (pool->tcaches)
-        detach_locked(pool, pool->tcaches);
+    while (pool->tc.list)
+        detach_locked(pool, pool->tc.list);
     gm_mutex_unlock(&pool->lock);
     pthread_mutex_unlock(&registry);
 }
@@ -218,14 +252,14 @@ void tcache_start_world_locked(gm_pool *pool)
 
 void tcache_flush_all_locked(gm_pool *pool)
 {
-    for (gm_tcache *tc = pool->tcaches; tc; tc = tc->pool_next)
+    for (gm_tcache *tc = pool->tc.list; tc; tc = tc->pool_next)
         retire_entries_locked(pool, tc);
 }
 
 bool tcache_reclaim_locked(gm_pool *pool)
 {
     bool any = false;
-    for (gm_tcache *tc = pool->tcaches; tc && !any; tc = tc->pool_next)
+    for (gm_tcache *tc = pool->tc.list; tc && !any; tc = tc->pool_next)
         any = atomic_load_explicit(&tc->count, memory_order_relaxed) != 0;
     if (!any)
         return false;
@@ -239,8 +273,8 @@ bool tcache_reclaim_locked(gm_pool *pool)
 
 void tcache_engage_locked(gm_pool *pool)
 {
-    pool->tc_watch = false;
-    atomic_store_explicit(&pool->tc_live, pool->tc_blocks, memory_order_relaxed);
+    pool->tc.watch = false;
+    atomic_store_explicit(&pool->tc.live, pool->tc.blocks, memory_order_relaxed);
 }
 
 /* ---------------------------------------------------------------- the fast path */
@@ -249,14 +283,16 @@ void tcache_engage_locked(gm_pool *pool)
  * cache's deltas as it just stored them (it is their only writer). */
 static inline void fast_peaks(gm_pool *pool, int64_t live_delta, int64_t alloc_delta)
 {
-    if (atomic_load_explicit(&pool->tc_count, memory_order_relaxed) != 1)
+    if (atomic_load_explicit(&pool->tc.count, memory_order_relaxed) != 1)
         return;
-    peak_raise(&pool->peak_live,
-             (size_t)(signed_of(atomic_load_explicit(&pool->live_bytes, memory_order_relaxed)) +
-                      live_delta));
-    peak_raise(&pool->peak_allocated,
-             (size_t)(signed_of(atomic_load_explicit(&pool->allocated_bytes, memory_order_relaxed)) +
-                      alloc_delta));
+    peak_raise(&pool->counters.peak_live,
+               (size_t)(signed_of(atomic_load_explicit(&pool->counters.live_bytes,
+                                                       memory_order_relaxed)) +
+                        live_delta));
+    peak_raise(&pool->counters.peak_allocated,
+               (size_t)(signed_of(atomic_load_explicit(&pool->counters.allocated_bytes,
+                                                       memory_order_relaxed)) +
+                        alloc_delta));
 }
 
 static bool lookup_and_take(gm_pool *pool, gm_tcache *tc, const gm_request *rq,
@@ -403,7 +439,7 @@ static __attribute__((noinline)) bool file_entry(gm_pool *pool, gm_tcache *tc, u
 static GM_COLD bool tcache_free_other(gm_pool *pool, uintptr_t addr, gm_stream stream)
 {
     gm_tcache *tc = mine_search(pool);
-    if (!tc || atomic_load_explicit(&tc->count, memory_order_relaxed) >= pool->tc_blocks)
+    if (!tc || atomic_load_explicit(&tc->count, memory_order_relaxed) >= pool->tc.blocks)
         return false;
     return file_entry(pool, tc, addr, stream);
 }
@@ -413,7 +449,48 @@ bool tcache_free(gm_pool *pool, uintptr_t addr, gm_stream stream)
     gm_tcache *tc = tls_last; /* mine(), with the search out of line */
     if (!tc || tc->pool_id != pool->id)
         return tcache_free_other(pool, addr, stream);
-    if (atomic_load_explicit(&tc->count, memory_order_relaxed) >= pool->tc_blocks)
+    if (atomic_load_explicit(&tc->count, memory_order_relaxed) >= pool->tc.blocks)
         return false;
     return file_entry(pool, tc, addr, stream);
+}
+
+/* ---------------------------------------------------------------- the pool's totals */
+
+void pool_totals_locked(gm_pool *pool, pool_totals *out)
+{
+    int64_t live = 0, alloc = 0;
+    uint64_t frees = 0, hits = 0;
+    size_t cached_blocks = 0, cached_bytes = 0;
+    for (gm_tcache *tc = pool->tc.list; tc; tc = tc->pool_next) {
+        live += atomic_load_explicit(&tc->live_delta, memory_order_relaxed);
+        alloc += atomic_load_explicit(&tc->alloc_delta, memory_order_relaxed);
+        frees += atomic_load_explicit(&tc->frees, memory_order_relaxed);
+        hits += atomic_load_explicit(&tc->hits, memory_order_relaxed);
+        cached_blocks += atomic_load_explicit(&tc->count, memory_order_relaxed); /* exact only
+                                                                    with the world stopped */
+        cached_bytes += atomic_load_explicit(&tc->bytes, memory_order_relaxed);
+    }
+    out->live_bytes = (size_t)(signed_of(pool->counters.live_bytes) + live);
+    out->allocated_bytes = (size_t)(signed_of(pool->counters.allocated_bytes) + alloc);
+    out->live_blocks = pool->counters.live_blocks + (size_t)(hits - frees);
+    out->alloc_count = pool->counters.alloc_count + hits;
+    out->free_count = pool->counters.free_count + frees;
+    out->thread_hits = hits;
+    out->thread_cached_blocks = cached_blocks;
+    out->thread_cached_bytes = cached_bytes;
+}
+
+/* Every locked allocation calls this: it adds up only the two deltas a peak needs. */
+void pool_update_peaks_locked(gm_pool *pool)
+{
+    int64_t live =
+        signed_of(atomic_load_explicit(&pool->counters.live_bytes, memory_order_relaxed));
+    int64_t alloc =
+        signed_of(atomic_load_explicit(&pool->counters.allocated_bytes, memory_order_relaxed));
+    for (const gm_tcache *tc = pool->tc.list; tc; tc = tc->pool_next) {
+        live += atomic_load_explicit(&tc->live_delta, memory_order_relaxed);
+        alloc += atomic_load_explicit(&tc->alloc_delta, memory_order_relaxed);
+    }
+    peak_raise(&pool->counters.peak_live, (size_t)live);
+    peak_raise(&pool->counters.peak_allocated, (size_t)alloc);
 }

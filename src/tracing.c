@@ -17,7 +17,7 @@
  * threads do. Every tracing_* call comes under the pool lock (a traced pool has no thread
  * caches), and that lock is the only one a record takes: the calling thread appends a 16-byte
  * binary record (pointer and action in one word, size in the other) to the current buffer of
- * a ring of 8 buffers of 16384, inline in gm_alloc / gm_free (tracing_append in internal.h,
+ * a ring of 8 buffers of 16384, inline in gm_alloc / gm_free (tracing_append in tracing.h,
  * about 11 instructions; no clock read: the time is that of a clock the writer thread
  * advances every millisecond and while it formats; a TSC read per record cost more than the
  * allocator's 10 % on dev). Time, thread and stream are not in every record: when one of them
@@ -36,7 +36,9 @@
  * Cost: only when tracing is on (gm_alloc / gm_free test one pool field otherwise);
  * docs/tracing.md has the measurement.
  */
-#include "internal.h"
+#include "lock.h"
+#include "tracing.h"
+#include "types.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -56,7 +58,7 @@ enum { RECORDS = 16384, RING = 8, LINE_MAX_BYTES = 128 };
 enum { TICK_NS = 1000000, IDLE_TICK_NS = 10000000, IDLE_TICKS = 100 };
 /* A record's kind, in the low 2 bits of its first word (pointers are GM_ALIGNMENT-aligned). A
  * context record's first word also says which value its second word holds (CTX_*, shifted). */
-enum { REC_CONTEXT = 3, REC_KIND = 3 }; /* and TRACE_ALLOC, _FAILURE, _FREE (internal.h) */
+enum { REC_CONTEXT = 3, REC_KIND = 3 }; /* and TRACE_ALLOC, _FAILURE, _FREE (tracing.h) */
 enum { CTX_TIME = 0, CTX_THREAD = 1, CTX_STREAM = 2, CTX_SHIFT = 2 };
 _Static_assert(GM_ALIGNMENT % 4 == 0, "a block's pointer leaves the record kind's 2 bits free");
 
@@ -300,7 +302,7 @@ static void hand_over(gm_trace *t)
     fill_at(t, (t->fill + 1) % RING);
 }
 
-/* The fast path's rare cases (tracing_append, internal.h): the buffer's limit reached (full,
+/* The fast path's rare cases (tracing_append, tracing.h): the buffer's limit reached (full,
  * or 0 after a tick or a thread's exit), another stream or thread than the last record's.
  * Context records go first, then the record (at most 4 in all). The limit is restored before
  * the clock and the exit count are read (a full barrier between): a tick or an exit that

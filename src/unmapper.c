@@ -13,7 +13,7 @@
  * How: the thread sleeps until run_detach kicks it (a new old mapping), then, every
  * UNMAP_POLL_NS while any is left: under the pool lock it looks for an alias whose fence has
  * passed (one query per stream at most per pass: fences of a stream complete in order), takes
- * it out of pool->aliases into unmapper.cur (state BUSY; its pages stay retiring, so no one
+ * it out of pool->seg.aliases into unmapper.cur (state BUSY; its pages stay retiring, so no one
  * maps over them), and unmaps it outside the lock. The result is settled under the pool lock
  * by the first thread to get there (unmapper_settle_locked): the pages stop retiring, the
  * fence goes back, the call is counted; a failed unmap puts the alias back at the head of the
@@ -27,7 +27,11 @@
  *
  * Without the setting, or when the thread cannot start, segment.c reaps inline as before.
  */
-#include "internal.h"
+#include "counters.h"
+#include "events.h"
+#include "lock.h"
+#include "types.h"
+#include "unmapper.h"
 
 #include <sched.h>
 #include <string.h>
@@ -84,16 +88,18 @@ void unmapper_settle_locked(gm_pool *pool, bool wait)
         cpu_relax();
         s = atomic_load_explicit(&u->state, memory_order_acquire);
     }
-    pool->device_calls[GM_CALL_UNMAP]++;
-    pool->device_call_ns[GM_CALL_UNMAP] += u->cur_ns;
+    pool->counters.device_calls[GM_CALL_UNMAP]++;
+    pool->counters.device_call_ns[GM_CALL_UNMAP] += u->cur_ns;
     if (s == UNMAP_DONE) {
         vmm_alias_unmapped_locked(pool, &u->cur);
         u->unmapped++;
-    } else if (gm_host_grow((void **)&pool->aliases, &pool->alias_cap, pool->alias_count + 1,
-                            sizeof *pool->aliases, 16)) { /* the oldest: back at the head */
-        memmove(&pool->aliases[1], pool->aliases, pool->alias_count * sizeof *pool->aliases);
-        pool->aliases[0] = u->cur;
-        pool->alias_count++;
+    } else if (gm_host_grow((void **)&pool->seg.aliases, &pool->seg.alias_cap,
+                            pool->seg.alias_count + 1, sizeof *pool->seg.aliases,
+                            16)) { /* the oldest: back at the head */
+        memmove(&pool->seg.aliases[1], pool->seg.aliases,
+                pool->seg.alias_count * sizeof *pool->seg.aliases);
+        pool->seg.aliases[0] = u->cur;
+        pool->seg.alias_count++;
     } /* else its pages stay retiring: never mapped over, the handle still releasable */
     atomic_store_explicit(&u->state, UNMAP_IDLE, memory_order_release);
 }
@@ -105,8 +111,8 @@ static bool take_finished_locked(gm_pool *pool, bool *left)
     gm_stream blocked[UNMAP_STREAMS];
     unsigned nblocked = 0;
     *left = false;
-    for (size_t i = 0; i < pool->alias_count; i++) {
-        const vmm_alias *al = &pool->aliases[i];
+    for (size_t i = 0; i < pool->seg.alias_count; i++) {
+        const vmm_alias *al = &pool->seg.aliases[i];
         bool skip = false;
         for (unsigned k = 0; k < nblocked && !skip; k++)
             skip = blocked[k] == al->stream;
@@ -121,9 +127,9 @@ static bool take_finished_locked(gm_pool *pool, bool *left)
             continue;
         }
         pool->unmap.cur = *al;
-        memmove(&pool->aliases[i], &pool->aliases[i + 1],
-                (pool->alias_count - i - 1) * sizeof *pool->aliases);
-        pool->alias_count--;
+        memmove(&pool->seg.aliases[i], &pool->seg.aliases[i + 1],
+                (pool->seg.alias_count - i - 1) * sizeof *pool->seg.aliases);
+        pool->seg.alias_count--;
         atomic_store_explicit(&pool->unmap.state, UNMAP_BUSY, memory_order_release);
         return true;
     }
@@ -142,7 +148,7 @@ static bool unmapper_pass(gm_pool *pool)
         atomic_fetch_add(&bg_inflight, 1);
         if (atomic_load(&bg_paused)) { /* gm_background_pause: no device call now */
             atomic_fetch_sub(&bg_inflight, 1);
-            left = pool->alias_count > 0;
+            left = pool->seg.alias_count > 0;
             gm_mutex_unlock(&pool->lock);
             return left;
         }

@@ -5,7 +5,7 @@
  * wakes dormant thread caches. Run under ThreadSanitizer in CI (.ci/run).
  */
 #include "check.h"
-#include "internal.h"
+#include "types.h"
 
 #include <pthread.h>
 #include <sched.h>

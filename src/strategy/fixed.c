@@ -79,7 +79,7 @@ static size_t fixed_grant(const strategy_ctx *sc, const gm_arena *a, size_t size
     return size <= sc->cfg->fixed_block_bytes ? sc->cfg->fixed_block_bytes : 0;
 }
 
-/* fixed_reserve_blocks blocks; resolve_config keeps the product in range. */
+/* fixed_reserve_blocks blocks; config_resolve (config.c) keeps the product in range. */
 static size_t fixed_segment_need(const strategy_ctx *sc, const gm_arena *a, size_t granted)
 {
     (void)a;

@@ -49,6 +49,16 @@ bool strategy_tlsf_only(gm_strategy s)
            r->route == ROUTE_SMALL_REQUEST_MAX;
 }
 
+void strategy_span_added(strategy_ctx *sc, gm_arena *a, gm_span *s)
+{
+    a->ops->add_span(sc, a, s);
+}
+
+void strategy_span_leaving(strategy_ctx *sc, gm_arena *a, gm_span *s)
+{
+    a->ops->remove_span(sc, a, s);
+}
+
 int strategy_route(const gm_config *c, size_t size, const char **why)
 {
     switch (row_of(c->strategy)->route) {

@@ -3,7 +3,7 @@
  *
  * The pool owns spans (segments), block records, streams, pages and counters; a strategy owns
  * only the free blocks of one arena: where they are filed and how they split and merge. It sees
- * no pool: each call gets a strategy_ctx (internal.h), the block-record allocator and a const
+ * no pool: each call gets a strategy_ctx (types.h), the block-record allocator and a const
  * view of the settings, which is all a strategy may touch besides its arena. All
  * strategies tile spans with gm_block records in address order (phys_prev/phys_next), so stats,
  * snapshots and gm_pool_check work the same for every one of them.
@@ -47,7 +47,7 @@
 #define GM_STRATEGY_H
 
 #include "blocks.h"
-#include "internal.h"
+#include "types.h"
 
 typedef enum segment_shape {
     SEGMENT_POLICY,      /* the pool's size for the need */
@@ -85,6 +85,10 @@ const strategy_ops *strategy_of(gm_strategy s, int arena_kind);
 /* The arena (ARENA_SMALL / ARENA_LARGE) that serves a request of `size` bytes, or -1 when the
  * configuration refuses it (with a reason in *why). */
 int strategy_route(const gm_config *c, size_t size, const char **why);
+/* The segments' span hooks (gm_pool.seg_hooks.span_added / span_leaving, installed by pool.c):
+ * span s joined arena a / is about to leave it; its strategy's add_span / remove_span. */
+void strategy_span_added(strategy_ctx *sc, gm_arena *a, gm_span *s);
+void strategy_span_leaving(strategy_ctx *sc, gm_arena *a, gm_span *s);
 
 /* Shared block surgery for strategies, inline: a split and a merge are most of what a take
  * and a give do (the records come from the record allocator, blocks.h). */
@@ -98,7 +102,7 @@ static inline gm_block *block_split_locked(block_records *r, gm_block *b, size_t
         return NULL;
     /* The fields a spare record does not hold already, one by one (a memset of the record, or a
      * compound literal, costs a library call or a `rep stos`). A new field of gm_block must be
-     * set here or kept in the spare state (the size assertion in internal.h flags a change of
+     * set here or kept in the spare state (the size assertion in types.h flags a change of
      * the record). */
     rest->addr = b->addr + size;
     rest->size = b->size - size;
