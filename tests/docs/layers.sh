@@ -34,6 +34,7 @@ blocks 14
 events 14
 counters 13
 config 12
+config_resolve 12
 tracing 12
 tag 12
 error 11
