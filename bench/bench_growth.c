@@ -17,6 +17,7 @@
  */
 #include "bench_common.h"
 #include "backend/backend.h"
+#include "gpumem_sim.h"
 
 #include <stdio.h>
 #include <stdlib.h>

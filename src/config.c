@@ -11,6 +11,7 @@
  * the configuration is unchanged. Every number is checked for overflow.
  */
 #include "internal.h"
+#include "gpumem_sim.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -43,6 +43,7 @@
  * One mutex guards everything; counters and the clock are atomics.
  */
 #include "backend.h"
+#include "gpumem_sim.h"
 #include "hostmem.h"
 
 #include <assert.h>

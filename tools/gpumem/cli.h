@@ -1,6 +1,6 @@
 /*
  * The interfaces between the files of the `gpumem` command-line tool. The tool uses only the
- * public API (gpumem.h); nothing here is part of the library.
+ * public API (gpumem.h, gpumem_sim.h); nothing here is part of the library.
  *
  *   trace.c        RMM CSV reader (plain or gzip) -> an array of resolved operations
  *   settings.c     the table of --set keys, size parsing, config printing
@@ -13,7 +13,7 @@
 #ifndef GM_CLI_H
 #define GM_CLI_H
 
-#include "gpumem.h"
+#include "gpumem_sim.h"
 #include "json.h"
 
 #include <stdint.h>
