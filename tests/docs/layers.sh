@@ -43,13 +43,16 @@ debug 6
 lock 6
 cuda 9
 sim 9
+sim_vmm 8.6
+sim_host 8.6
+sim_model 8.3
 backend 8
 cost 7
 '
 # file: the only files that may call it (the simulator's cost model is the simulator's; the
 # pool's policies ask the backend for estimates: backend_estimate_ns)
 ONLY='
-cost sim backend
+cost sim sim_model sim_vmm sim_host backend
 '
 "$NM" -A --format=posix "$LIB" | awk -v ranks="$RANKS" -v only="$ONLY" '
 BEGIN {
