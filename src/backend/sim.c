@@ -23,136 +23,99 @@
 
 static gm_status sim_copy(gm_backend *b, uintptr_t dst, uintptr_t src, size_t size, gm_stream str)
 {
-    sim *s = sim_of(b);
-    gm_status st = GM_OK;
+    sim *s = sim_enter(b);
+    gm_status st;
     uint32_t si = 0;
-    sim_lock(s);
     bool overlap = size && dst < src + size && src < dst + size;
-    if (!sim_stream_index_locked(s, str, &si)) {
-        st = sim_bad_stream_error("copy", str);
-    } else if (overlap || (size && (!sim_accessible_from_locked(s, dst, size) ||
-                                    !sim_accessible_from_locked(s, src, size)))) {
-        st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
-                               "sim: cuMemcpyDtoDAsync(%#" PRIxPTR ", %#" PRIxPTR ", %zu): "
-                               "CUDA_ERROR_INVALID_VALUE: %s", dst, src, size,
-                               overlap ? "ranges overlap" : "not device memory");
-    } else if (!sim_stream_enqueue_locked(s, si)) {
-        st = sim_host_memory_error("copy");
-    } else {
-        if (s->host_map && size)
-            memcpy((void *)dst, (const void *)src, size);
-        atomic_fetch_add_explicit(&b->copy_bytes, size, memory_order_relaxed);
-        sim_charge(s, GM_CALL_COPY, size);
-    }
-    sim_unlock(s);
-    return st;
+    if (!sim_stream_get_locked(s, str, "copy", &si, &st))
+        return sim_leave(s, st, SIM_NO_CALL, 0);
+    if (overlap || (size && (!sim_accessible_from_locked(s, dst, size) ||
+                             !sim_accessible_from_locked(s, src, size))))
+        return sim_leave(s, backend_set_error(GM_ERR_INVALID_ARGUMENT,
+                                              "sim: cuMemcpyDtoDAsync(%#" PRIxPTR ", %#" PRIxPTR
+                                              ", %zu): CUDA_ERROR_INVALID_VALUE: %s", dst, src,
+                                              size, overlap ? "ranges overlap"
+                                                            : "not device memory"),
+                         SIM_NO_CALL, 0);
+    if (!sim_stream_enqueue_locked(s, si))
+        return sim_leave(s, sim_host_memory_error("copy"), SIM_NO_CALL, 0);
+    if (s->host_map && size)
+        memcpy((void *)dst, (const void *)src, size);
+    atomic_fetch_add_explicit(&b->copy_bytes, size, memory_order_relaxed);
+    return sim_leave(s, GM_OK, GM_CALL_COPY, size);
 }
-
 
 static gm_status sim_event_create(gm_backend *b, gm_event *out)
 {
-    sim *s = sim_of(b);
     if (!out)
         return backend_set_error(GM_ERR_INVALID_ARGUMENT, "sim: event_create: NULL out");
-    sim_lock(s);
+    sim *s = sim_enter(b);
     bool ok = sim_event_new_locked(s, out);
-    if (ok)
-        sim_charge(s, GM_CALL_EVENT_CREATE, 0);
-    sim_unlock(s);
-    return ok ? GM_OK : sim_host_memory_error("event_create");
+    return sim_leave(s, ok ? GM_OK : sim_host_memory_error("event_create"),
+                     ok ? GM_CALL_EVENT_CREATE : SIM_NO_CALL, 0);
 }
 
 static gm_status sim_event_destroy(gm_backend *b, gm_event ev)
 {
-    sim *s = sim_of(b);
-    gm_status st = GM_OK;
-    sim_lock(s);
-    event_slot *e = sim_event_lookup_locked(s, ev);
-    if (!e) {
-        st = sim_bad_event_error("cuEventDestroy", ev);
-    } else {
+    sim *s = sim_enter(b);
+    gm_status st;
+    event_slot *e = sim_event_get_locked(s, ev, "cuEventDestroy", &st);
+    if (e)
         sim_event_free_locked(s, e);
-        sim_charge(s, GM_CALL_EVENT_DESTROY, 0);
-    }
-    sim_unlock(s);
-    return st;
+    return sim_leave(s, st, e ? GM_CALL_EVENT_DESTROY : SIM_NO_CALL, 0);
 }
 
 static gm_status sim_event_record(gm_backend *b, gm_event ev, gm_stream str)
 {
-    sim *s = sim_of(b);
-    gm_status st = GM_OK;
+    sim *s = sim_enter(b);
+    gm_status st;
     uint32_t si = 0;
-    sim_lock(s);
-    event_slot *e = sim_event_lookup_locked(s, ev);
-    if (!e) {
-        st = sim_bad_event_error("cuEventRecord", ev);
-    } else if (!sim_stream_index_locked(s, str, &si)) {
-        st = sim_bad_stream_error("cuEventRecord", str);
-    } else {
-        e->recorded = true;
-        e->stream = si;
-        e->ticket = s->streams[si].launched;
-        sim_charge(s, GM_CALL_EVENT_RECORD, 0);
-    }
-    sim_unlock(s);
-    return st;
+    event_slot *e = sim_event_get_locked(s, ev, "cuEventRecord", &st);
+    if (!e || !sim_stream_get_locked(s, str, "cuEventRecord", &si, &st))
+        return sim_leave(s, st, SIM_NO_CALL, 0);
+    e->recorded = true;
+    e->stream = si;
+    e->ticket = s->streams[si].launched;
+    return sim_leave(s, GM_OK, GM_CALL_EVENT_RECORD, 0);
 }
 
 static gm_status sim_event_query(gm_backend *b, gm_event ev)
 {
-    sim *s = sim_of(b);
-    gm_status st = GM_OK;
-    sim_lock(s);
-    event_slot *e = sim_event_lookup_locked(s, ev);
-    if (!e) {
-        st = sim_bad_event_error("cuEventQuery", ev);
-    } else {
-        /* A never-recorded event is complete, as in CUDA. */
-        if (e->recorded && !sim_stream_done_locked(s, e->stream, e->ticket))
-            st = GM_ERR_NOT_READY;
-        sim_charge(s, GM_CALL_EVENT_QUERY, 0);
-    }
-    sim_unlock(s);
-    return st;
+    sim *s = sim_enter(b);
+    gm_status st;
+    event_slot *e = sim_event_get_locked(s, ev, "cuEventQuery", &st);
+    if (!e)
+        return sim_leave(s, st, SIM_NO_CALL, 0);
+    /* A never-recorded event is complete, as in CUDA. */
+    bool done = !e->recorded || sim_stream_done_locked(s, e->stream, e->ticket);
+    return sim_leave(s, done ? GM_OK : GM_ERR_NOT_READY, GM_CALL_EVENT_QUERY, 0);
 }
 
 static gm_status sim_stream_wait_event(gm_backend *b, gm_stream str, gm_event ev)
 {
-    sim *s = sim_of(b);
-    gm_status st = GM_OK;
+    sim *s = sim_enter(b);
+    gm_status st;
     uint32_t si = 0;
-    sim_lock(s);
-    event_slot *e = sim_event_lookup_locked(s, ev);
-    if (!e) {
-        st = sim_bad_event_error("cuStreamWaitEvent", ev);
-    } else if (!sim_stream_index_locked(s, str, &si)) {
-        st = sim_bad_stream_error("cuStreamWaitEvent", str);
-    } else {
-        /* Waiting on complete work, or on one's own stream, adds no dependency. */
-        bool pending = e->recorded && e->stream != si && !sim_stream_done_locked(s, e->stream,
+    event_slot *e = sim_event_get_locked(s, ev, "cuStreamWaitEvent", &st);
+    if (!e || !sim_stream_get_locked(s, str, "cuStreamWaitEvent", &si, &st))
+        return sim_leave(s, st, SIM_NO_CALL, 0);
+    /* Waiting on complete work, or on one's own stream, adds no dependency. */
+    bool pending = e->recorded && e->stream != si && !sim_stream_done_locked(s, e->stream,
                                                                               e->ticket);
-        if (pending && !sim_stream_enqueue_wait_locked(s, si, e->stream, e->ticket))
-            st = sim_host_memory_error("stream_wait_event");
-        else
-            sim_charge(s, GM_CALL_STREAM_WAIT, 0);
-    }
-    sim_unlock(s);
-    return st;
+    if (pending && !sim_stream_enqueue_wait_locked(s, si, e->stream, e->ticket))
+        return sim_leave(s, sim_host_memory_error("stream_wait_event"), SIM_NO_CALL, 0);
+    return sim_leave(s, GM_OK, GM_CALL_STREAM_WAIT, 0);
 }
 
 static gm_status sim_stream_sync(gm_backend *b, gm_stream str)
 {
-    sim *s = sim_of(b);
+    sim *s = sim_enter(b);
+    gm_status st;
     uint32_t si = 0;
-    sim_lock(s);
-    bool ok = sim_stream_index_locked(s, str, &si);
-    if (ok) {
-        sim_stream_complete_upto_locked(s, si, s->streams[si].launched, true); /* the host waits */
-        sim_charge(s, GM_CALL_STREAM_SYNC, 0);
-    }
-    sim_unlock(s);
-    return ok ? GM_OK : sim_bad_stream_error("stream_sync", str);
+    if (!sim_stream_get_locked(s, str, "stream_sync", &si, &st))
+        return sim_leave(s, st, SIM_NO_CALL, 0);
+    sim_stream_complete_upto_locked(s, si, s->streams[si].launched, true); /* the host waits */
+    return sim_leave(s, GM_OK, GM_CALL_STREAM_SYNC, 0);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -169,8 +132,7 @@ static sim *peer_in_system(sim *s, gm_backend *peer)
 
 static gm_status sim_peer_can_access(gm_backend *b, gm_backend *peer, bool *out)
 {
-    sim *s = sim_of(b);
-    sim_lock(s);
+    sim *s = sim_enter(b);
     sim *p = peer_in_system(s, peer);
     *out = p && p != s && (s->sys->reach[s->ordinal] >> p->ordinal & 1);
     sim_unlock(s);
@@ -236,9 +198,7 @@ static gm_status sim_mem_info(gm_backend *b, size_t *free_bytes, size_t *total_b
     sim_lock(s);
     *free_bytes = s->capacity - s->used;
     *total_bytes = s->capacity;
-    sim_charge(s, GM_CALL_MEM_INFO, 0);
-    sim_unlock(s);
-    return GM_OK;
+    return sim_leave(s, GM_OK, GM_CALL_MEM_INFO, 0);
 }
 
 static gm_status sim_info(gm_backend *b, gm_device_info *out)

@@ -42,33 +42,27 @@ gm_status sim_host_alloc(gm_backend *b, size_t size, void **out)
     }
     if (st == GM_OK) {
         s->host[s->host_count++] = (sim_host){p, size, s->host_map != NULL};
-        sim_charge(s, GM_CALL_HOST_ALLOC, size);
         *out = p;
     }
-    sim_unlock(s);
-    return st;
+    return sim_leave(s, st, sim_reached(st, GM_CALL_HOST_ALLOC), size);
 }
 
 gm_status sim_host_free(gm_backend *b, void *ptr)
 {
-    sim *s = sim_of(b);
-    sim_lock(s);
+    sim *s = sim_enter(b);
     size_t i = 0;
     while (i < s->host_count && s->host[i].ptr != ptr)
         i++;
-    gm_status st = GM_OK;
-    if (i == s->host_count) {
-        st = backend_set_error(GM_ERR_INVALID_ARGUMENT, "sim: cuMemFreeHost(%p): "
-                               "CUDA_ERROR_INVALID_VALUE: not pinned host memory of this device",
-                               ptr);
-    } else {
-        sim_charge(s, GM_CALL_HOST_FREE, s->host[i].size);
-        if (s->host[i].real)
-            free(ptr);
-        s->host[i] = s->host[--s->host_count];
-    }
-    sim_unlock(s);
-    return st;
+    if (i == s->host_count)
+        return sim_leave(s, backend_set_error(GM_ERR_INVALID_ARGUMENT, "sim: cuMemFreeHost(%p): "
+                                              "CUDA_ERROR_INVALID_VALUE: not pinned host memory "
+                                              "of this device", ptr),
+                         SIM_NO_CALL, 0);
+    size_t size = s->host[i].size;
+    if (s->host[i].real)
+        free(ptr);
+    s->host[i] = s->host[--s->host_count];
+    return sim_leave(s, GM_OK, GM_CALL_HOST_FREE, size);
 }
 
 /* Whether [p, p + size) lies in one pinned host allocation of s. */
@@ -87,11 +81,12 @@ static gm_status sim_host_copy(sim *s, gm_call kind, void *host, uintptr_t dev, 
                                gm_stream str)
 {
     const char *name = kind == GM_CALL_COPY_DTOH ? "cuMemcpyDtoHAsync" : "cuMemcpyHtoDAsync";
+    const char *what = kind == GM_CALL_COPY_DTOH ? "copy_dtoh" : "copy_htod";
     gm_status st = GM_OK;
     uint32_t si = 0;
     sim_lock(s);
-    if (!sim_stream_index_locked(s, str, &si)) {
-        st = sim_bad_stream_error(kind == GM_CALL_COPY_DTOH ? "copy_dtoh" : "copy_htod", str);
+    if (!sim_stream_get_locked(s, str, what, &si, &st)) {
+        /* st says why */
     } else if (!size || !host_range_locked(s, host, size) ||
                !sim_accessible_from_locked(s, dev, size)) {
         st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
@@ -101,18 +96,14 @@ static gm_status sim_host_copy(sim *s, gm_call kind, void *host, uintptr_t dev, 
                                : !host_range_locked(s, host, size) ? "not pinned host memory"
                                                                    : "not device memory");
     } else if (!sim_stream_enqueue_locked(s, si)) {
-        st = sim_host_memory_error(kind == GM_CALL_COPY_DTOH ? "copy_dtoh" : "copy_htod");
-    } else {
-        if (s->host_map) {
-            if (kind == GM_CALL_COPY_DTOH)
-                memcpy(host, (const void *)dev, size);
-            else
-                memcpy((void *)dev, host, size);
-        }
-        sim_charge(s, kind, size);
+        st = sim_host_memory_error(what);
+    } else if (s->host_map) {
+        if (kind == GM_CALL_COPY_DTOH)
+            memcpy(host, (const void *)dev, size);
+        else
+            memcpy((void *)dev, host, size);
     }
-    sim_unlock(s);
-    return st;
+    return sim_leave(s, st, st == GM_OK ? kind : SIM_NO_CALL, size);
 }
 
 gm_status sim_copy_dtoh(gm_backend *b, void *dst, uintptr_t src, size_t size,
@@ -289,9 +280,8 @@ gm_status sim_ipc_open(gm_backend *b, const ipc_blob *in, int pid, size_t offset
 
 gm_status sim_ipc_close(gm_backend *b, uintptr_t ptr)
 {
-    sim *s = sim_of(b);
+    sim *s = sim_enter(b);
     gm_status st = GM_OK;
-    sim_lock(s);
     live_range *lr = sim_range_containing_locked(s, ptr);
     if (!lr || lr->kind != RANGE_IMPORT || lr->start + lr->mapped != ptr) {
         st = bad_ipc_error("ipc_close(%#" PRIxPTR "): CUDA_ERROR_INVALID_VALUE: not a pointer "

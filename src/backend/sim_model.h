@@ -295,11 +295,62 @@ static inline bool sim_stream_index_locked(const sim *s, gm_stream h, uint32_t *
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * The frame every method shares: sim_enter locks the device; the *_get_locked lookups fail with
+ * the device's message in *st; sim_leave charges the call if it reached the device (kind
+ * SIM_NO_CALL: it did not), unlocks, and returns the status.
+ * ------------------------------------------------------------------------------------------- */
+
+#define SIM_NO_CALL GM_CALL_KINDS
+
+void sim_charge(sim *s, gm_call kind, size_t size);
+gm_status sim_bad_stream_error(const char *what, gm_stream h);
+gm_status sim_bad_event_error(const char *what, gm_event ev);
+
+static inline sim *sim_enter(gm_backend *b)
+{
+    sim *s = sim_of(b);
+    sim_lock(s);
+    return s;
+}
+
+static inline gm_status sim_leave(sim *s, gm_status st, gm_call kind, size_t size)
+{
+    if (kind != SIM_NO_CALL)
+        sim_charge(s, kind, size);
+    sim_unlock(s);
+    return st;
+}
+
+/* `kind` if a call that ended with st reached the device (it succeeded, or the device had no
+ * memory for it: the driver spends the time), else SIM_NO_CALL: what sim_leave charges. */
+static inline gm_call sim_reached(gm_status st, gm_call kind)
+{
+    return st == GM_OK || st == GM_ERR_OUT_OF_MEMORY ? kind : SIM_NO_CALL;
+}
+
+/* The live event `ev`, or NULL with *st saying so (`what`: the driver call's name). */
+static inline event_slot *sim_event_get_locked(sim *s, gm_event ev, const char *what,
+                                               gm_status *st)
+{
+    event_slot *e = sim_event_lookup_locked(s, ev);
+    *st = e ? GM_OK : sim_bad_event_error(what, ev);
+    return e;
+}
+
+/* The index of live stream `h` in *si, or false with *st saying so. */
+static inline bool sim_stream_get_locked(sim *s, gm_stream h, const char *what, uint32_t *si,
+                                         gm_status *st)
+{
+    bool ok = sim_stream_index_locked(s, h, si);
+    *st = ok ? GM_OK : sim_bad_stream_error(what, h);
+    return ok;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * sim_model.c
  * ------------------------------------------------------------------------------------------- */
 
 bool sim_grow_array(void **arr, size_t *cap, size_t need, size_t elem);
-void sim_charge(sim *s, gm_call kind, size_t size);
 gm_status sim_host_memory_error(const char *what);
 gm_status sim_no_vmm_error(const char *what);
 void sim_host_discard(sim *s, uintptr_t addr, size_t size);
@@ -322,7 +373,6 @@ bool sim_phys_new_locked(sim *s, size_t size, gm_phys *out);
 void sim_phys_free_locked(sim *s, phys_slot *p);
 bool sim_event_new_locked(sim *s, gm_event *out);
 void sim_event_free_locked(sim *s, event_slot *e);
-gm_status sim_bad_stream_error(const char *what, gm_stream h);
 void sim_stream_advance_locked(sim *s, uint32_t si);
 bool sim_stream_done_locked(sim *s, uint32_t si, uint64_t ticket);
 void sim_stream_complete_upto_locked(sim *s, uint32_t si, uint64_t ticket, bool host_waits);
@@ -330,7 +380,6 @@ bool sim_stream_enqueue_locked(sim *s, uint32_t si);
 bool sim_stream_enqueue_wait_locked(sim *s, uint32_t si, uint32_t awaited, uint64_t until);
 bool sim_stream_new_locked(sim *s, uint32_t *out);
 bool sim_covers_whole_mappings_locked(sim *s, live_range *lr, size_t first, size_t n);
-gm_status sim_bad_event_error(const char *what, gm_event ev);
 
 /* ---------------------------------------------------------------------------------------------
  * sim_vmm.c: methods, and the range check map / unmap / peer access share

@@ -34,31 +34,27 @@ gm_status sim_mem_alloc(gm_backend *b, size_t size, uintptr_t *out)
     if (!sim_range_make_room_locked(s) || !sim_va_make_room_locked(s)) {
         st = sim_host_memory_error("mem_alloc");
     } else if (!fits) {
-        sim_charge(s, GM_CALL_MEM_ALLOC, size);
         st = backend_set_error(GM_ERR_OUT_OF_MEMORY,
                                "sim: cuMemAlloc(%zu bytes): CUDA_ERROR_OUT_OF_MEMORY: "
                                "%zu of %zu bytes free (segments take 2 MiB granules)",
                                size, s->capacity - s->used, s->capacity);
     } else if (!sim_va_take_locked(s, span, SIM_SEGMENT_GRANULE, &addr)) {
-        sim_charge(s, GM_CALL_MEM_ALLOC, size);
         st = backend_set_error(GM_ERR_OUT_OF_MEMORY,
                                "sim: cuMemAlloc(%zu bytes): address space exhausted", size);
     } else {
         sim_range_insert_locked(s, &(live_range){addr, size, span, RANGE_SEGMENT, NULL, 0});
         s->used += span;
-        sim_charge(s, GM_CALL_MEM_ALLOC, size);
         *out = addr;
     }
-    sim_unlock(s);
-    return st;
+    return sim_leave(s, st, sim_reached(st, GM_CALL_MEM_ALLOC), size);
 }
 
 gm_status sim_mem_free(gm_backend *b, uintptr_t addr)
 {
-    sim *s = sim_of(b);
+    sim *s = sim_enter(b);
     gm_status st = GM_OK;
-    sim_lock(s);
     live_range *lr = sim_range_at_locked(s, addr, RANGE_SEGMENT);
+    size_t size = lr ? lr->size : 0;
     if (!lr) {
         st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
                                "sim: cuMemFree(%#" PRIxPTR "): CUDA_ERROR_INVALID_VALUE: not the "
@@ -69,15 +65,13 @@ gm_status sim_mem_free(gm_backend *b, uintptr_t addr)
     } else if (!sim_va_make_room_locked(s)) {
         st = sim_host_memory_error("mem_free");
     } else {
-        size_t size = lr->size, span = lr->span;
+        size_t span = lr->span;
         sim_host_discard(s, addr, span);
         sim_va_give_locked(s, addr, span);
         sim_range_remove_locked(s, lr);
         s->used -= span;
-        sim_charge(s, GM_CALL_MEM_FREE, size);
     }
-    sim_unlock(s);
-    return st;
+    return sim_leave(s, st, sim_reached(st, GM_CALL_MEM_FREE), size);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -104,7 +98,6 @@ gm_status sim_va_reserve(gm_backend *b, size_t size, size_t align, uintptr_t *ou
     if (!sim_range_make_room_locked(s) || !sim_va_make_room_locked(s)) {
         st = sim_host_memory_error("va_reserve");
     } else if (!sim_va_take_locked(s, size, align > s->gran ? align : s->gran, &addr)) {
-        sim_charge(s, GM_CALL_VA_RESERVE, size);
         st = backend_set_error(GM_ERR_OUT_OF_MEMORY,
                                "sim: cuMemAddressReserve(%zu bytes): CUDA_ERROR_OUT_OF_MEMORY: "
                                "the %zu-byte simulated address space is exhausted", size,
@@ -112,12 +105,10 @@ gm_status sim_va_reserve(gm_backend *b, size_t size, size_t align, uintptr_t *ou
     } else {
         sim_range_insert_locked(s, &(live_range){addr, size, size, RANGE_RESERVE, table, 0});
         table = NULL;
-        sim_charge(s, GM_CALL_VA_RESERVE, size);
         *out = addr;
     }
-    sim_unlock(s);
-    free(table);
-    return st;
+    free(table); /* unused: not handed to a range */
+    return sim_leave(s, st, sim_reached(st, GM_CALL_VA_RESERVE), size);
 }
 
 gm_status sim_va_release(gm_backend *b, uintptr_t addr, size_t size)
@@ -143,10 +134,8 @@ gm_status sim_va_release(gm_backend *b, uintptr_t addr, size_t size)
         sim_host_discard(s, addr, size);
         sim_va_give_locked(s, addr, size);
         sim_range_remove_locked(s, lr);
-        sim_charge(s, GM_CALL_VA_RELEASE, size);
     }
-    sim_unlock(s);
-    return st;
+    return sim_leave(s, st, sim_reached(st, GM_CALL_VA_RELEASE), size);
 }
 
 gm_status sim_phys_create(gm_backend *b, size_t size, gm_phys *out)
@@ -161,7 +150,6 @@ gm_status sim_phys_create(gm_backend *b, size_t size, gm_phys *out)
     gm_status st = GM_OK;
     sim_lock(s);
     if (size > s->capacity - s->used) {
-        sim_charge(s, GM_CALL_PHYS_CREATE, size);
         st = backend_set_error(GM_ERR_OUT_OF_MEMORY,
                                "sim: cuMemCreate(%zu bytes): CUDA_ERROR_OUT_OF_MEMORY: "
                                "%zu of %zu bytes free", size, s->capacity - s->used, s->capacity);
@@ -169,10 +157,8 @@ gm_status sim_phys_create(gm_backend *b, size_t size, gm_phys *out)
         st = sim_host_memory_error("phys_create");
     } else {
         s->used += size;
-        sim_charge(s, GM_CALL_PHYS_CREATE, size);
     }
-    sim_unlock(s);
-    return st;
+    return sim_leave(s, st, sim_reached(st, GM_CALL_PHYS_CREATE), size);
 }
 
 gm_status sim_phys_release(gm_backend *b, gm_phys phys)
@@ -183,20 +169,18 @@ gm_status sim_phys_release(gm_backend *b, gm_phys phys)
     gm_status st = GM_OK;
     sim_lock(s);
     phys_slot *p = sim_phys_lookup_locked(s, phys);
+    size_t size = p ? p->size : 0;
     if (!p) {
         st = backend_set_error(GM_ERR_INVALID_ARGUMENT,
                                "sim: cuMemRelease(%#" PRIx64 "): CUDA_ERROR_INVALID_VALUE: "
                                "not a live physical handle", phys);
     } else {
-        size_t size = p->size;
         if (p->maps)
             p->released = true; /* the mapping keeps the memory until unmap */
         else
             sim_phys_free_locked(s, p);
-        sim_charge(s, GM_CALL_PHYS_RELEASE, size);
     }
-    sim_unlock(s);
-    return st;
+    return sim_leave(s, st, sim_reached(st, GM_CALL_PHYS_RELEASE), size);
 }
 
 /* Where [addr, addr + size) must lie for map/unmap: granule-aligned, inside one reservation. */
@@ -256,10 +240,8 @@ gm_status sim_map(gm_backend *b, uintptr_t addr, size_t size, gm_phys phys)
         }
         p->mapped_at = addr;
         p->maps++;
-        sim_charge(s, GM_CALL_MAP, size);
     }
-    sim_unlock(s);
-    return st;
+    return sim_leave(s, st, sim_reached(st, GM_CALL_MAP), size);
 }
 
 
@@ -326,8 +308,6 @@ gm_status sim_unmap(gm_backend *b, uintptr_t addr, size_t size)
             g += pages;
         }
         lr->mapped -= n;
-        sim_charge(s, GM_CALL_UNMAP, size);
     }
-    sim_unlock(s);
-    return st;
+    return sim_leave(s, st, sim_reached(st, GM_CALL_UNMAP), size);
 }
