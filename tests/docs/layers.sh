@@ -42,6 +42,9 @@ json 6
 debug 6
 lock 6
 cuda 9
+cuda_mem 8.6
+cuda_ipc 8.6
+cuda_driver 8.3
 sim 9
 sim_vmm 8.6
 sim_host 8.6
