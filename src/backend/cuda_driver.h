@@ -271,6 +271,33 @@ CUmemAllocationProp cuda_alloc_prop(CUdevice dev, bool posix_fd);
 CUresult cuda_mem_info_current(gm_backend *b, size_t *free_bytes, size_t *total_bytes);
 gm_status cuda_driver_ready(void);
 
+/* --- The frame of a method that makes one driver call -----------------------------------------
+ * cuda_call_begin: VMM checked when vmm_op names the method (NULL: any device may), the
+ * backend's context made current, the clock read. cuda_call_end: the call charged as `kind`
+ * since then (failed calls too: they reached the driver), the caller's context back, and the
+ * driver's result `r` of `call` as a status, with cuda_failed's message on failure. */
+typedef struct cuda_call {
+    bool pushed;
+    uint64_t t0;
+} cuda_call;
+
+static inline gm_status cuda_call_begin(gm_backend *b, const char *vmm_op, cuda_call *c)
+{
+    gm_status st = vmm_op ? cuda_vmm_required(b, vmm_op) : GM_OK;
+    if (st == GM_OK)
+        st = cuda_ctx_enter(cuda_of(b)->ctx, &c->pushed);
+    c->t0 = now_ns();
+    return st;
+}
+
+static inline gm_status cuda_call_end(gm_backend *b, const cuda_call *c, gm_call kind, CUresult r,
+                                      const char *call)
+{
+    charge_since(b, kind, c->t0);
+    cuda_ctx_leave(c->pushed);
+    return r == CUDA_SUCCESS ? GM_OK : cuda_failed(r, call);
+}
+
 /* --- cuda_mem.c: methods -------------------------------------------------------------------- */
 
 gm_status cuda_mem_alloc(gm_backend *b, size_t size, uintptr_t *out);
