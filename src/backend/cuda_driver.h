@@ -312,9 +312,9 @@ gm_status cuda_copy(gm_backend *b, uintptr_t dst, uintptr_t src, size_t size, gm
 gm_status cuda_host_alloc(gm_backend *b, size_t size, void **out);
 gm_status cuda_host_free(gm_backend *b, void *ptr);
 gm_status cuda_copy_dtoh(gm_backend *b, void *dst, uintptr_t src, size_t size,
-                                gm_stream s);
+                         gm_stream s);
 gm_status cuda_copy_htod(gm_backend *b, uintptr_t dst, const void *src, size_t size,
-                                gm_stream s);
+                         gm_stream s);
 gm_status cuda_event_create(gm_backend *b, gm_event *out);
 gm_status cuda_event_destroy(gm_backend *b, gm_event ev);
 gm_status cuda_event_record(gm_backend *b, gm_event ev, gm_stream s);
@@ -327,10 +327,10 @@ gm_status cuda_mem_info(gm_backend *b, size_t *free_bytes, size_t *total_bytes);
 
 void cuda_close_fds(int *fds, size_t n);
 gm_status cuda_ipc_export(gm_backend *b, uintptr_t addr, size_t size, bool vmm,
-                                 ipc_blob *out);
+                          ipc_blob *out);
 gm_status cuda_ipc_unexport(gm_backend *b, const ipc_blob *in);
 gm_status cuda_ipc_open(gm_backend *b, const ipc_blob *in, int pid, size_t offset,
-                               uintptr_t *out);
+                        uintptr_t *out);
 gm_status cuda_ipc_close(gm_backend *b, uintptr_t ptr);
 
 #endif /* GM_CUDA_DRIVER_H */

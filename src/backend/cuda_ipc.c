@@ -72,8 +72,8 @@ static gm_status export_pages(cuda_backend *cb, uintptr_t addr, size_t size, int
         }
         prev = h;
         if (r == CUDA_SUCCESS) {
-            r = cuda_drv.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                                                 0);
+            r = cuda_drv.cuMemExportToShareableHandle(
+                &fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
             cuda_drv.cuMemRelease(h); /* drop the retain's reference */
         }
         if (r != CUDA_SUCCESS) {
@@ -104,7 +104,7 @@ static int manifest_write(const cuda_ipc_blob *blob, const int *fds, size_t n)
 }
 
 gm_status cuda_ipc_export(gm_backend *b, uintptr_t addr, size_t size, bool vmm,
-                                 ipc_blob *out)
+                          ipc_blob *out)
 {
     cuda_backend *cb = cuda_of(b);
     if (vmm && (!cb->posix_fd || !cuda_drv.cuMemExportToShareableHandle))
@@ -252,7 +252,7 @@ static gm_status import_pages(cuda_backend *cb, int pid, const cuda_ipc_blob *bl
 }
 
 gm_status cuda_ipc_open(gm_backend *b, const ipc_blob *in, int pid, size_t offset,
-                               uintptr_t *out)
+                        uintptr_t *out)
 {
     cuda_backend *cb = cuda_of(b);
     cuda_ipc_blob blob;

@@ -489,7 +489,8 @@ gm_status gm_sim_launch(gm_backend *backend, gm_stream stream)
         return st;
     uint32_t si = 0;
     sim_lock(s);
-    bool ok = sim_stream_index_locked(s, stream, &si), queued = ok && sim_stream_enqueue_locked(s, si);
+    bool ok = sim_stream_index_locked(s, stream, &si);
+    bool queued = ok && sim_stream_enqueue_locked(s, si);
     sim_unlock(s);
     return !ok ? sim_bad_stream_error("gm_sim_launch", stream)
                : queued ? GM_OK : sim_host_memory_error("gm_sim_launch");
@@ -508,7 +509,8 @@ gm_status gm_sim_stream_progress(gm_backend *backend, gm_stream stream, uint64_t
     sim_lock(s);
     bool ok = sim_stream_index_locked(s, stream, &si);
     if (ok) {
-        sim_stream_advance_locked(s, si); /* waits whose awaited work is done complete by themselves */
+        /* waits whose awaited work is done complete by themselves */
+        sim_stream_advance_locked(s, si);
         *queued = s->streams[si].launched;
         *completed = s->streams[si].completed;
     }

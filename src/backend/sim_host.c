@@ -107,13 +107,13 @@ static gm_status sim_host_copy(sim *s, gm_call kind, void *host, uintptr_t dev, 
 }
 
 gm_status sim_copy_dtoh(gm_backend *b, void *dst, uintptr_t src, size_t size,
-                               gm_stream str)
+                        gm_stream str)
 {
     return sim_host_copy(sim_of(b), GM_CALL_COPY_DTOH, dst, src, size, str);
 }
 
 gm_status sim_copy_htod(gm_backend *b, uintptr_t dst, const void *src, size_t size,
-                               gm_stream str)
+                        gm_stream str)
 {
     return sim_host_copy(sim_of(b), GM_CALL_COPY_HTOD, (void *)(uintptr_t)src, dst, size, str);
 }
@@ -162,7 +162,7 @@ static size_t exportable_locked(sim *s, uintptr_t addr, size_t size, bool vmm)
 }
 
 gm_status sim_ipc_export(gm_backend *b, uintptr_t addr, size_t size, bool vmm,
-                                ipc_blob *out)
+                         ipc_blob *out)
 {
     sim *s = sim_of(b);
     if (!s->host_map)
@@ -239,7 +239,7 @@ static gm_status ipc_blob_verify(const sim *s, const sim_ipc_blob *blob, int pid
 }
 
 gm_status sim_ipc_open(gm_backend *b, const ipc_blob *in, int pid, size_t offset,
-                              uintptr_t *out)
+                       uintptr_t *out)
 {
     sim *s = sim_of(b);
     if (!s->host_map)

@@ -131,7 +131,8 @@ bool sim_va_take_locked(sim *s, size_t size, size_t align, uintptr_t *out)
     return false;
 }
 
-/* Return a range to the free extents, merging with its neighbours. Needs sim_va_make_room_locked. */
+/* Return a range to the free extents, merging with its neighbours. Needs
+ * sim_va_make_room_locked. */
 void sim_va_give_locked(sim *s, uintptr_t start, size_t size)
 {
     ASSERT_LOCKED(s);
@@ -199,7 +200,8 @@ live_range *sim_range_at_locked(sim *s, uintptr_t addr, range_kind kind)
 
 bool sim_range_make_room_locked(sim *s)
 {
-    return sim_grow_array((void **)&s->ranges, &s->range_cap, s->range_count + 1, sizeof(live_range));
+    return sim_grow_array((void **)&s->ranges, &s->range_cap, s->range_count + 1,
+                          sizeof(live_range));
 }
 
 void sim_range_insert_locked(sim *s, const live_range *lr)
@@ -505,7 +507,8 @@ bool sim_stream_enqueue_wait_locked(sim *s, uint32_t si, uint32_t awaited, uint6
 bool sim_stream_new_locked(sim *s, uint32_t *out)
 {
     if (s->stream_count >= UINT32_MAX ||
-        !sim_grow_array((void **)&s->streams, &s->stream_cap, s->stream_count + 1, sizeof(sim_stream)))
+        !sim_grow_array((void **)&s->streams, &s->stream_cap, s->stream_count + 1,
+                        sizeof(sim_stream)))
         return false;
     s->streams[s->stream_count] = (sim_stream){.live = true};
     *out = (uint32_t)s->stream_count++;

@@ -402,14 +402,14 @@ gm_status sim_unmap(gm_backend *b, uintptr_t addr, size_t size);
 gm_status sim_host_alloc(gm_backend *b, size_t size, void **out);
 gm_status sim_host_free(gm_backend *b, void *ptr);
 gm_status sim_copy_dtoh(gm_backend *b, void *dst, uintptr_t src, size_t size,
-                               gm_stream str);
+                        gm_stream str);
 gm_status sim_copy_htod(gm_backend *b, uintptr_t dst, const void *src, size_t size,
-                               gm_stream str);
+                        gm_stream str);
 gm_status sim_ipc_export(gm_backend *b, uintptr_t addr, size_t size, bool vmm,
-                                ipc_blob *out);
+                         ipc_blob *out);
 gm_status sim_ipc_unexport(gm_backend *b, const ipc_blob *in);
 gm_status sim_ipc_open(gm_backend *b, const ipc_blob *in, int pid, size_t offset,
-                              uintptr_t *out);
+                       uintptr_t *out);
 gm_status sim_ipc_close(gm_backend *b, uintptr_t ptr);
 gm_status sim_map_host_space(sim *s, size_t align);
 
