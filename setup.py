@@ -33,9 +33,10 @@ def version():
         return re.search(r'#define GM_VERSION_STRING "([^"]+)"', f.read()).group(1)
 
 
-# The command-line tool's trace reader, replay engine and JSON report: gpumem.replay is the
-# tool's replay (_glue.c). The reader needs zlib.
-CLI_SOURCES = ["tools/gpumem/" + f for f in ("trace.c", "replay.c", "settings.c", "report_json.c")]
+# The command-line tool's trace reader, replay engine, backend registry and JSON report:
+# gpumem.replay is the tool's replay (_glue.c). The reader needs zlib.
+CLI_SOURCES = ["tools/gpumem/" + f
+               for f in ("trace.c", "replay.c", "backends.c", "settings.c", "report_json.c")]
 core = Extension(
     "gpumem._gpumem",
     sources=library_sources(ROOT) + CLI_SOURCES + ["python/gpumem/_glue.c",

@@ -17,6 +17,7 @@
  */
 #include "bench_common.h"
 #include "backend/backend.h"
+#include "cli.h" /* the backend registry (tools/gpumem/backends.c) */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,7 @@
 
 static const size_t MiB = (size_t)1 << 20;
 
-static size_t parse_size(const char *s)
+static size_t size_arg(const char *s)
 {
     char *end = NULL;
     double v = strtod(s, &end);
@@ -146,7 +147,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--backend") && i + 1 < argc)
             backend = argv[++i];
         else if (!strcmp(argv[i], "--total") && i + 1 < argc)
-            total = parse_size(argv[++i]);
+            total = size_arg(argv[++i]);
         else if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
             sizes = argv[++i];
         else if (!strcmp(argv[i], "--passes") && i + 1 < argc)
@@ -158,8 +159,13 @@ int main(int argc, char **argv)
         }
     }
     gm_backend *b = NULL;
-    gm_status st = !strcmp(backend, "cuda") ? gm_cuda_backend_create(0, &b)
-                                            : gm_sim_backend_create(NULL, &b);
+    cli_settings cs;
+    memset(&cs, 0, sizeof cs);
+    if (backend_find(backend, &cs.backend) != 0) {
+        fprintf(stderr, "bench_growth: --backend %s: no such backend\n", backend);
+        return 2;
+    }
+    gm_status st = backend_of(&cs)->open(&cs, &b);
     if (st != GM_OK) {
         fprintf(stderr, "bench_growth: %s backend: %s\n", backend, gm_backend_last_error());
         return st == GM_ERR_NO_DEVICE ? 77 : 1;
@@ -169,7 +175,7 @@ int main(int argc, char **argv)
     for (int pass = 0; pass < passes; pass++) {
         printf("-- pass %d\n", pass + 1);
         for (const char *s = sizes; s && *s;) {
-            size_t chunk = parse_size(s);
+            size_t chunk = size_arg(s);
             if (chunk && chunk <= total) {
                 run_plain(b, chunk, total);
                 if (b->caps.vmm && chunk % b->caps.vmm_granularity == 0)

@@ -64,31 +64,34 @@ static void split_add(split *sp, double ns)
     sp->ns[bin] += ns;
 }
 
-/* One op of the trace on pool; the count of failed allocations goes up on failure. */
-static inline void run_op(gm_pool *pool, const trace_op *op, void **ptrs, size_t *failed)
+/* The engine's step over ops [lo, hi); -1 (said on stderr) when an op failed other than out of
+ * memory (those are counted: the session's oom_count). */
+static int step(replay_session *x, size_t lo, size_t hi)
 {
-    if (op->kind == TRACE_ALLOC) {
-        if (gm_alloc(pool, (size_t)op->size, NULL, &ptrs[op->slot]) != GM_OK) {
-            ptrs[op->slot] = NULL;
-            (*failed)++;
-        }
-    } else if (ptrs[op->slot]) {
-        (void)gm_free(pool, ptrs[op->slot], NULL);
-        ptrs[op->slot] = NULL;
-    }
+    uint64_t excluded = 0; /* defragmentation steps: none here (no --defrag) */
+    if (replay_step(x, lo, hi, &excluded) == hi)
+        return 0;
+    fprintf(stderr, "bench_replay: %s\n", x->err);
+    return -1;
 }
 
 /* The --split pass: every op timed on its own; ticks are turned into ns by the pass's clock.
- * -1 when the per-op times have no room (no figures rather than zeros). */
-static int split_ops(const trace *t, gm_pool *pool, void **ptrs, size_t *failed, split *sp)
+ * -1 when the per-op times have no room (no figures rather than zeros) or an op failed. */
+static int split_ops(replay_session *x, split *sp)
 {
+    const trace *t = x->t;
     uint64_t *d = malloc((t->n_ops ? t->n_ops : 1) * sizeof *d);
-    if (!d)
+    if (!d) {
+        fprintf(stderr, "bench_replay: --split: no host memory for %zu op times\n", t->n_ops);
         return -1;
+    }
     double c0 = now_ns();
     uint64_t k0 = ticks(), prev = k0;
     for (size_t i = 0; i < t->n_ops; i++) {
-        run_op(pool, &t->ops[i], ptrs, failed);
+        if (step(x, i, i + 1) != 0) {
+            free(d);
+            return -1;
+        }
         uint64_t k = ticks();
         d[i] = k - prev;
         prev = k;
@@ -111,69 +114,56 @@ static double pass_clock_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* One pool replaying a trace: its backend, the trace's pointer slots, failed allocations. */
+/* A pass of the engine (replay.c) on a fresh backend and pool of settings s for trace t, all on
+ * the default stream as the host-cost measurement always was; -1 (said on stderr, nothing left
+ * open) if it cannot be opened. */
 typedef struct replica {
-    gm_backend *be;
-    gm_pool *pool;
-    void **ptrs;
-    size_t failed;
+    replay_options o;
+    replay_result r;
+    replay_session x;
+    char err[512];
 } replica;
 
-/* A fresh backend and pool of settings s for trace t; -1 (said on stderr, nothing left open)
- * if either cannot be made. */
-static int replica_open(const trace *t, const cli_settings *s, replica *r)
+static int replica_open(const trace *t, const cli_settings *s, replica *p)
 {
-    char err[512];
-    *r = (replica){0};
-    if (backend_open(s, &r->be, err, sizeof err) != 0) {
-        fprintf(stderr, "bench_replay: %s\n", err);
-        return -1;
-    }
-    r->ptrs = calloc_touched(t->n_slots ? t->n_slots : 1, sizeof *r->ptrs);
-    gm_status st = r->ptrs ? gm_pool_create(r->be, &s->pool, &r->pool) : GM_ERR_HOST_MEMORY;
-    if (st != GM_OK) {
-        fprintf(stderr, "bench_replay: pool: %s %s\n", gm_status_str(st), gm_last_error(NULL));
-        free(r->ptrs);
-        gm_backend_destroy(r->be);
-        *r = (replica){0};
-        return -1;
-    }
-    return 0;
+    memset(&p->o, 0, sizeof p->o);
+    p->o.settings = *s;
+    p->o.single_stream = 1;
+    if (replay_open(&p->x, t, &p->o, &p->r, p->err, sizeof p->err) == EXIT_OK_)
+        return 0;
+    fprintf(stderr, "bench_replay: %s\n", p->err);
+    return -1;
 }
 
-/* Destroy what replica_open made (nothing if it failed); say how many allocations failed,
- * `who` naming the pool when there are several. */
-static void replica_close(const trace *t, replica *r, const char *who)
+/* Destroy what replica_open made; say how many allocations failed, `who` naming the pool when
+ * there are several. */
+static void replica_close(const trace *t, replica *p, const char *who)
 {
-    if (r->pool)
-        (void)gm_pool_destroy_force(r->pool);
-    if (r->be)
-        gm_backend_destroy(r->be);
-    free(r->ptrs);
-    if (r->failed)
-        fprintf(stderr, "bench_replay: %s: %zu allocations failed%s\n", t->path, r->failed, who);
-    *r = (replica){0};
+    replay_close(&p->x);
+    if (p->r.oom_count)
+        fprintf(stderr, "bench_replay: %s: %llu allocations failed%s\n", t->path,
+                (unsigned long long)p->r.oom_count, who);
+    replay_result_free(&p->r);
 }
 
 static int replay_once(const trace *t, const cli_settings *s, result *out, split *sp)
 {
-    replica r;
-    if (replica_open(t, s, &r) != 0)
+    replica *p = malloc(sizeof *p);
+    if (!p || replica_open(t, s, p) != 0) {
+        free(p);
         return -1;
+    }
     int rc = 0;
     if (sp) {
-        rc = split_ops(t, r.pool, r.ptrs, &r.failed, sp);
-        if (rc != 0)
-            fprintf(stderr, "bench_replay: --split: no host memory for %zu op times\n",
-                    t->n_ops);
+        rc = split_ops(&p->x, sp);
     } else {
         double t0 = pass_clock_ns();
-        for (size_t i = 0; i < t->n_ops; i++)
-            run_op(r.pool, &t->ops[i], r.ptrs, &r.failed);
+        rc = step(&p->x, 0, t->n_ops);
         out->ns_per_op = (pass_clock_ns() - t0) / (double)(t->n_ops ? t->n_ops : 1);
     }
-    (void)gm_pool_stats(r.pool, &out->stats);
-    replica_close(t, &r, "");
+    (void)gm_pool_stats(p->x.pool, &out->stats);
+    replica_close(t, p, "");
+    free(p);
     return rc;
 }
 
@@ -183,8 +173,11 @@ enum { VERSUS_CHUNK = 4096 };
 static int versus_once(const trace *t, const cli_settings *sa, const cli_settings *sb,
                        double *ratios, size_t *n, double ns_per_op[2])
 {
-    replica r[2] = {{0}, {0}};
-    int rc = replica_open(t, sa, &r[0]) != 0 || replica_open(t, sb, &r[1]) != 0 ? -1 : 0;
+    replica *r = calloc(2, sizeof *r);
+    int opened = 0;
+    while (r && opened < 2 && replica_open(t, opened ? sb : sa, &r[opened]) == 0)
+        opened++;
+    int rc = opened == 2 ? 0 : -1;
     double total[2] = {0, 0};
     *n = 0;
     for (size_t lo = 0; rc == 0 && lo < t->n_ops; lo += VERSUS_CHUNK) {
@@ -193,8 +186,8 @@ static int versus_once(const trace *t, const cli_settings *sa, const cli_setting
         for (int j = 0; j < 2; j++) {
             int k = j ^ (int)((lo / VERSUS_CHUNK) & 1); /* ABBA: neither side always first */
             double t0 = pass_clock_ns();
-            for (size_t i = lo; i < hi; i++)
-                run_op(r[k].pool, &t->ops[i], r[k].ptrs, &r[k].failed);
+            if (step(&r[k].x, lo, hi) != 0)
+                rc = -1;
             d[k] = pass_clock_ns() - t0;
             total[k] += d[k];
         }
@@ -203,8 +196,10 @@ static int versus_once(const trace *t, const cli_settings *sa, const cli_setting
     }
     for (int k = 0; k < 2; k++) {
         ns_per_op[k] = total[k] / (double)(t->n_ops ? t->n_ops : 1);
-        replica_close(t, &r[k], k ? " (B)" : " (A)");
+        if (k < opened)
+            replica_close(t, &r[k], k ? " (B)" : " (A)");
     }
+    free(r);
     return rc;
 }
 
@@ -226,7 +221,12 @@ int main(int argc, char **argv)
     int first_trace = argc;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
-            s.backend = !strcmp(argv[++i], "cuda") ? BACKEND_CUDA : BACKEND_SIM;
+            if (backend_find(argv[++i], &s.backend) != 0) {
+                char names[128];
+                backend_names(names, sizeof names, 0);
+                fprintf(stderr, "bench_replay: --backend: \"%s\" is not %s\n", argv[i], names);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
             repeat = (unsigned)atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--split")) {

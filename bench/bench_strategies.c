@@ -9,7 +9,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench_common.h"
-#include "gpumem.h"
+#include "gpumem_sim.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -16,7 +16,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "bench_common.h"
 
-#include <gpumem.h>
+#include "cli.h" /* the backend registry (tools/gpumem/backends.c) */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,21 +25,22 @@
 typedef struct run_opts {
     size_t live, size, rounds, capacity;
     const char *set; /* more settings, "key=value,..." (gm_config_parse) */
-    int cuda;        /* the CUDA backend, device 0, instead of the sim */
+    backend_kind backend; /* device 0 of this backend (default sim) */
 } run_opts;
 
 static int run(const char *segments, size_t n, const run_opts *o)
 {
-    gm_sim_config sc = {0};
-    sc.capacity = o->capacity;
+    cli_settings cs;
+    memset(&cs, 0, sizeof cs);
+    cs.sim.capacity = o->capacity;
+    cs.backend = o->backend;
+    const backend_desc *d = backend_of(&cs);
     gm_backend *be = NULL;
     gm_config cfg = {0};
     gm_pool *pool = NULL;
-    gm_status (*stream_create)(gm_backend *, gm_stream *) =
-        o->cuda ? gm_cuda_stream_create : gm_sim_stream_create;
-    gm_status (*stream_destroy)(gm_backend *, gm_stream) =
-        o->cuda ? gm_cuda_stream_destroy : gm_sim_stream_destroy;
-    if ((o->cuda ? gm_cuda_backend_create(0, &be) : gm_sim_backend_create(&sc, &be)) != GM_OK ||
+    gm_status (*stream_create)(gm_backend *, gm_stream *) = d->stream_create;
+    gm_status (*stream_destroy)(gm_backend *, gm_stream) = d->stream_destroy;
+    if (d->open(&cs, &be) != GM_OK ||
         gm_segments_parse(segments, &cfg.segments) != GM_OK ||
         (o->set && gm_config_parse(&cfg, o->set) != GM_OK) ||
         gm_pool_create(be, &cfg, &pool) != GM_OK) {
@@ -118,9 +119,8 @@ int main(int argc, char **argv)
             modes = argv[i + 1];
         else if (strcmp(argv[i], "--set") == 0)
             o.set = argv[i + 1];
-        else if (strcmp(argv[i], "--backend") == 0 &&
-                 (strcmp(argv[i + 1], "sim") == 0 || strcmp(argv[i + 1], "cuda") == 0))
-            o.cuda = strcmp(argv[i + 1], "cuda") == 0;
+        else if (strcmp(argv[i], "--backend") == 0 && backend_find(argv[i + 1], &o.backend) == 0)
+            continue;
         else if (gm_size_parse(argv[i + 1], &v) != GM_OK) {
             fprintf(stderr, "bench_streams: %s: %s\n", argv[i], gm_last_error(NULL));
             return 2;

@@ -14,7 +14,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench_common.h"
-#include "gpumem.h"
+#include "cli.h" /* the backend registry (tools/gpumem/backends.c) */
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -64,8 +64,15 @@ int main(int argc, char **argv)
             cfg.thread_cache_eager = atoi(argv[i + 1]);
     }
     gm_backend *dev = NULL;
-    bool cuda = !strcmp(backend, "cuda");
-    gm_status st = cuda ? gm_cuda_backend_create(0, &dev) : gm_sim_backend_create(NULL, &dev);
+    cli_settings cs;
+    memset(&cs, 0, sizeof cs);
+    if (backend_find(backend, &cs.backend) != 0) {
+        fprintf(stderr, "bench_threads: --backend %s: no such backend\n", backend);
+        return 2;
+    }
+    const backend_desc *d = backend_of(&cs);
+    bool cuda = !d->simulated; /* a real device: every thread on the default stream */
+    gm_status st = d->open(&cs, &dev);
     if (st != GM_OK) {
         fprintf(stderr, "bench_threads: %s\n", gm_backend_last_error());
         return 1;
@@ -120,7 +127,7 @@ int main(int argc, char **argv)
             w[t].pool = pool;
             w[t].pairs = pairs;
             if (!cuda && t)
-                gm_sim_stream_create(dev, &w[t].stream);
+                d->stream_create(dev, &w[t].stream);
         }
         double t0 = now_ns();
         for (int t = 0; t < T; t++)
@@ -136,7 +143,7 @@ int main(int argc, char **argv)
         printf("gpumem[%s] threads %2d 1MB pairs: %.3g ops/s (%.2fx one thread)%s\n", backend, T,
                ops, one > 0 ? ops / one : 0.0, errors ? "  ERRORS" : "");
         for (int t = 1; !cuda && t < T; t++)
-            gm_sim_stream_destroy(dev, w[t].stream);
+            d->stream_destroy(dev, w[t].stream);
         free(w);
         free(th);
         c = strchr(c, ',');

@@ -1,7 +1,7 @@
 /*
- * The configuration by name: the one table of settable keys (gm_config and gm_sim_config), the
- * text forms of their values, and the defaults a pool fills in (config_resolve, which
- * gm_pool_create and gm_config_resolve share).
+ * The configuration by name: the one table of settable keys (gm_config and gm_sim_config) and
+ * the text forms of their values. The defaults a pool fills in and the rules between fields are
+ * config_resolve.c's.
  *
  * A new setting joins every text interface (the CLI's --set and its JSON `config` object,
  * GPUMEM_CONF, the Python and PyTorch integrations, docs/cli.md's list, whose test compares it
@@ -12,6 +12,7 @@
  */
 #include "config.h"
 #include "error.h"
+#include "gpumem_sim.h"
 #include "types.h"
 
 #include <ctype.h>
@@ -23,8 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-static const size_t MIB = (size_t)1 << 20;
 
 typedef enum key_type {
     K_SIZE,     /* size_t bytes */
@@ -688,175 +687,4 @@ size_t gm_config_format(const gm_config *cfg, char *buf, size_t len)
 size_t gm_sim_config_format(const gm_sim_config *cfg, char *buf, size_t len)
 {
     return format_in(&SIM_TABLE, cfg, buf, len);
-}
-
-/* ---------------------------------------------------------------- defaults */
-
-/* The largest value a size setting the pool rounds or adds to may have: larger than any
- * device, and small enough that rounding it up to another such setting cannot wrap. The caps
- * (reserve_limit_bytes, cache_cap_bytes) are only compared, so they may be anything. */
-#define SIZE_SETTING_MAX (SIZE_MAX / 4)
-
-/* The message for the first size setting of c past SIZE_SETTING_MAX, or NULL. */
-static const char *size_too_large(const gm_config *c)
-{
-#define TOO_LARGE(field)                                                                        \
-    if (c->field > SIZE_SETTING_MAX)                                                            \
-        return #field " is too large (at most 2^62 bytes)";
-    TOO_LARGE(initial_reserve_bytes)
-    TOO_LARGE(min_block_bytes)
-    TOO_LARGE(small_request_max)
-    TOO_LARGE(small_segment_bytes)
-    TOO_LARGE(large_request_min)
-    TOO_LARGE(medium_segment_bytes)
-    TOO_LARGE(segment_rounding)
-    TOO_LARGE(growth_min)
-    TOO_LARGE(growth_max)
-    TOO_LARGE(vmm_reserve_bytes)
-    TOO_LARGE(cache_small_max)
-    TOO_LARGE(cache_large_min)
-    TOO_LARGE(fixed_block_bytes)
-#undef TOO_LARGE
-    return NULL;
-}
-
-gm_status config_resolve(const gm_backend *be, const gm_config *in, gm_config *out, char *why,
-                         size_t why_len)
-{
-    gm_config cfg = in ? *in : (gm_config){0};
-    gm_config *c = &cfg;
-    if (c->strategy == GM_STRATEGY_DEFAULT)
-        c->strategy = GM_STRATEGY_TLSF;
-    if (c->segments == GM_SEGMENTS_DEFAULT)
-        c->segments = GM_SEGMENTS_PLAIN;
-    if (c->segments == GM_SEGMENTS_AUTO && be) /* without a device it stays auto */
-        c->segments = be->caps.vmm ? GM_SEGMENTS_VMM : GM_SEGMENTS_PLAIN;
-    if (c->release == GM_RELEASE_DEFAULT)
-        c->release = GM_RELEASE_BEFORE_GROW;
-    if (!c->min_block_bytes)
-        c->min_block_bytes = GM_ALIGNMENT;
-    if (!c->small_request_max)
-        c->small_request_max = 1 * MIB;
-    if (!c->small_segment_bytes)
-        c->small_segment_bytes = 2 * MIB;
-    if (!c->large_request_min)
-        c->large_request_min = 10 * MIB;
-    if (!c->medium_segment_bytes)
-        c->medium_segment_bytes = 20 * MIB;
-    if (!c->segment_rounding)
-        c->segment_rounding = 2 * MIB;
-    if (c->growth == GM_GROWTH_DEFAULT)
-        c->growth = GM_GROWTH_GEOMETRIC;
-    if (c->growth_fraction == 0.0)
-        c->growth_fraction = 0.375;
-    if (!c->growth_min)
-        c->growth_min = 64 * MIB;
-    if (!c->growth_max)
-        c->growth_max = 1024 * MIB;
-    if (!c->vmm_reserve_bytes && be)
-        c->vmm_reserve_bytes = be->caps.capacity;
-    if (!c->vmm_run_pages)
-        c->vmm_run_pages = VMM_RUN_PAGES;
-    if (!c->cache_small_max)
-        c->cache_small_max = 1 * MIB;
-    if (!c->cache_large_min)
-        c->cache_large_min = 16 * MIB;
-    if (c->cache_approx_ratio == 0.0)
-        c->cache_approx_ratio = 0.125;
-    if (c->cache_cap_fraction == 0.0)
-        c->cache_cap_fraction = 0.20;
-    if (c->cache_cap_live_ratio == 0.0)
-        c->cache_cap_live_ratio = 0.02;
-    for (int k = 0; k < GM_CACHE_BUCKETS; k++) {
-        if (c->cache_match[k] == GM_MATCH_DEFAULT)
-            c->cache_match[k] = k == GM_CACHE_SMALL ? GM_MATCH_EXACT : GM_MATCH_APPROX;
-        if (c->cache_evict[k] == GM_EVICT_DEFAULT)
-            c->cache_evict[k] = GM_EVICT_LRU;
-    }
-    if (!c->thread_cache_blocks)
-        c->thread_cache_blocks = 64;
-    if (!c->fixed_block_bytes)
-        c->fixed_block_bytes = 1 * MIB;
-    if (!c->fixed_reserve_blocks)
-        c->fixed_reserve_blocks = 16;
-    if (c->defrag_threshold == 0.0)
-        c->defrag_threshold = 0.30;
-    if (!c->defrag_step_ns)
-        c->defrag_step_ns = GM_DEFRAG_DEFAULT_STEP_NS;
-
-    const char *bad = size_too_large(c);
-    if (bad)
-        ;
-    else if ((unsigned)c->strategy >= GM_STRATEGY_COUNT)
-        bad = "strategy: unknown value";
-    else if ((unsigned)c->segments >= GM_SEGMENTS_COUNT)
-        bad = "segments: unknown value";
-    else if ((unsigned)c->release >= GM_RELEASE_COUNT)
-        bad = "release: unknown value";
-    else if (!is_pow2(c->min_block_bytes) || c->min_block_bytes < GM_ALIGNMENT)
-        bad = "min_block_bytes must be a power of two >= 512";
-    else if (!is_pow2(c->segment_rounding) || c->segment_rounding < GM_ALIGNMENT)
-        bad = "segment_rounding must be a power of two >= 512";
-    else if (c->small_request_max > c->small_segment_bytes)
-        bad = "small_request_max must not exceed small_segment_bytes";
-    else if (c->large_request_min > c->medium_segment_bytes)
-        bad = "large_request_min must not exceed medium_segment_bytes";
-    else if ((unsigned)c->growth >= GM_GROWTH_COUNT)
-        bad = "growth: unknown value";
-    else if (c->vmm_run_pages > VMM_RUN_PAGES)
-        bad = "vmm_run_pages must be in 1..16";
-    else if (!(c->growth_fraction > 0.0 && c->growth_fraction <= 1.0))
-        bad = "growth_fraction must be in (0, 1]";
-    else if (c->growth_min > c->growth_max)
-        bad = "growth_min must not exceed growth_max";
-    else if (!(c->reserve_limit_fraction >= 0.0 && c->reserve_limit_fraction <= 1.0))
-        bad = "reserve_limit_fraction must be in [0, 1]";
-    else if (c->cache_small_max > c->cache_large_min)
-        bad = "cache_small_max must not exceed cache_large_min";
-    else if (!(c->cache_approx_ratio > 0.0 && c->cache_approx_ratio <= 1.0))
-        bad = "cache_approx_ratio must be in (0, 1]";
-    else if (!(c->cache_cap_fraction > 0.0 && c->cache_cap_fraction <= 1.0))
-        bad = "cache_cap_fraction must be in (0, 1]";
-    else if (!(c->cache_cap_live_ratio > 0.0))
-        bad = "cache_cap_live_ratio must be > 0";
-    else if ((unsigned)c->cache_match[0] >= GM_MATCH_COUNT ||
-             (unsigned)c->cache_match[1] >= GM_MATCH_COUNT ||
-             (unsigned)c->cache_match[2] >= GM_MATCH_COUNT)
-        bad = "cache_match: unknown value";
-    else if ((unsigned)c->cache_evict[0] >= GM_EVICT_COUNT ||
-             (unsigned)c->cache_evict[1] >= GM_EVICT_COUNT ||
-             (unsigned)c->cache_evict[2] >= GM_EVICT_COUNT)
-        bad = "cache_evict: unknown value";
-    else if (c->roundup_power2_divisions > 64 || (c->roundup_power2_divisions &&
-                                                  !is_pow2(c->roundup_power2_divisions)))
-        bad = "roundup_power2_divisions must be 0 or a power of two <= 64";
-    else if (c->fixed_block_bytes % GM_ALIGNMENT || c->fixed_block_bytes > SIZE_MAX / 4 /
-                                                          c->fixed_reserve_blocks)
-        bad = "fixed_block_bytes must be a multiple of 512, and fixed_block_bytes x "
-              "fixed_reserve_blocks must fit in a size";
-    else if (!(c->defrag_threshold > 0.0 && c->defrag_threshold <= 1.0))
-        bad = "defrag_threshold must be in [0, 1] (0 = 0.30)";
-    else if (!(c->defrag_copy_bandwidth >= 0.0 && c->defrag_copy_bandwidth < 1e18))
-        bad = "defrag_copy_bandwidth must be >= 0 bytes per second (0 = the H200 cost model)";
-    if (bad) {
-        snprintf(why, why_len, "invalid config: %s", bad);
-        return GM_ERR_INVALID_ARGUMENT;
-    }
-    if (be && c->segments == GM_SEGMENTS_VMM && !be->caps.vmm) {
-        snprintf(why, why_len, "segments=vmm but the device has no VMM support");
-        return GM_ERR_UNSUPPORTED;
-    }
-    *out = cfg;
-    return GM_OK;
-}
-
-gm_status gm_config_resolve(const gm_backend *backend, const gm_config *in, gm_config *out)
-{
-    if (!out)
-        return config_fail("gm_config_resolve", "out is NULL");
-    char why[1024];
-    gm_status st = config_resolve(backend, in, out, why, sizeof why);
-    if (st != GM_OK)
-        return fail_no_pool(st, "gm_config_resolve", why);
-    return GM_OK;
 }

@@ -6,6 +6,7 @@
 #define GM_TEST_SIM_SETUP_H
 
 #include "check.h"
+#include "gpumem_sim.h"
 
 /* A simulated device: capacity 0 = 141 GiB; host_backed: real bytes behind the addresses;
  * manual_streams: queued work completes only when the test says so. */

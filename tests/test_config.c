@@ -5,6 +5,7 @@
  * key table lists exactly the library's keys.
  */
 #include "check.h"
+#include "gpumem_sim.h"
 
 #include <float.h>
 #include <math.h>

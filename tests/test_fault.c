@@ -6,6 +6,7 @@
  */
 #include "fault_backend.h"
 #include "check.h"
+#include "gpumem_sim.h"
 
 static const size_t MiB = (size_t)1 << 20;
 

@@ -5,6 +5,7 @@
  * never reused, a gm_free of it is deferred until gm_ipc_release, bad handles are refused.
  */
 #include "check.h"
+#include "gpumem_sim.h"
 #include "ipc_child.h"
 
 #include <stdint.h>

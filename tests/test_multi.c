@@ -6,6 +6,7 @@
  */
 #include "backend.h" /* a device copy through the backend's method table */
 #include "check.h"
+#include "gpumem_sim.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -21,6 +21,7 @@
  * one run of it, to replay a failure.
  */
 #include "check.h"
+#include "gpumem_sim.h"
 #include "fault_backend.h"
 #include "hostmem.h"
 

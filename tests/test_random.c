@@ -20,6 +20,7 @@
  * stream T may overlap a freed range only if every obligation of another stream has completed.
  */
 #include "check.h"
+#include "gpumem_sim.h"
 #include "conformance.h"
 
 #include <stdbool.h>

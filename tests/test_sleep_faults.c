@@ -16,6 +16,7 @@
  * host memory left.
  */
 #include "check.h"
+#include "gpumem_sim.h"
 #include "fault_backend.h"
 #include "hostmem.h"
 

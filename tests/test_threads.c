@@ -5,6 +5,7 @@
  * wakes dormant thread caches. Run under ThreadSanitizer in CI (.ci/run).
  */
 #include "check.h"
+#include "gpumem_sim.h"
 #include "types.h"
 
 #include <pthread.h>

@@ -12,7 +12,7 @@
  * With a directory argument it also leaves a recorded workload there (workload.csv.gz) and
  * prints its peak live bytes, for tests/cli/test_trace_replay.sh to replay with the CLI.
  */
-#include "gpumem.h"
+#include "gpumem_sim.h"
 #include "sim_setup.h"
 
 #include <fcntl.h>

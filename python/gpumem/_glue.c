@@ -2,7 +2,8 @@
  * What the Python package's ctypes layer (python/gpumem/__init__.py) needs beyond the public
  * API, compiled with the library into the package's shared object by setup.py:
  *   - creating a backend + pool from settings text (gm_config's layout stays on this side), by
- *     the command-line tool's rules (backend_open_status: sim.devices, --device's checks);
+ *     the command-line tool's rules and backend registry (backends.c: pool_open, sim.devices,
+ *     --device's checks);
  *   - the stats as JSON (gm_stats' layout likewise);
  *   - the command-line tool's trace reader (tools/gpumem/trace.c), replay engine (replay.c) and
  *     JSON report (report_json.c), so that gpumem.replay reads, counts, refuses and replays a
@@ -30,7 +31,8 @@ static void say(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-/* The settings of a pool on backend `kind` ("sim" or "cuda") device `device`, from `conf`
+/* The settings of a pool on backend `kind` (a name of the tool's registry, backends.c: "sim",
+ * "cuda") device `device`, from `conf`
  * ("key=value,..." as GPUMEM_CONF; "sim." keys configure the simulated device). */
 static gm_status settings_from(const char *kind, int device, const char *conf, cli_settings *s,
                                char *err, size_t errlen)
@@ -42,38 +44,16 @@ static gm_status settings_from(const char *kind, int device, const char *conf, c
     }
     s->sim_devices = s->sim.devices;
     s->device = device;
-    if (kind && strcmp(kind, "sim") == 0) {
-        s->backend = BACKEND_SIM;
-    } else if (kind && strcmp(kind, "cuda") == 0) {
-        s->backend = BACKEND_CUDA;
-    } else {
-        say(err, errlen, "unknown backend \"%s\": \"sim\" (the simulated GPU) or \"cuda\"",
-            kind ? kind : "(null)");
+    if (backend_find(kind, &s->backend) != 0) {
+        char names[256];
+        backend_names(names, sizeof names, 1);
+        say(err, errlen, "unknown backend \"%s\": %s", kind ? kind : "(null)", names);
         return GM_ERR_INVALID_ARGUMENT;
     }
     if (device < 0) {
         say(err, errlen, "device %d: a device ordinal is 0 or more", device);
         return GM_ERR_INVALID_ARGUMENT;
     }
-    return GM_OK;
-}
-
-static gm_status open_with(const cli_settings *s, gm_backend **backend, gm_pool **pool,
-                           char *err, size_t errlen)
-{
-    gm_backend *b = NULL;
-    gm_status st = backend_open_status(s, &b, err, errlen);
-    if (st != GM_OK)
-        return st;
-    gm_pool *p = NULL;
-    st = gm_pool_create(b, &s->pool, &p);
-    if (st != GM_OK) {
-        say(err, errlen, "%s", gm_last_error(NULL));
-        gm_backend_destroy(b);
-        return st;
-    }
-    *backend = b;
-    *pool = p;
     return GM_OK;
 }
 
@@ -84,7 +64,7 @@ GMPY_API gm_status gmpy_open(const char *kind, int device, const char *conf, gm_
 {
     cli_settings s;
     gm_status st = settings_from(kind, device, conf, &s, err, errlen);
-    return st != GM_OK ? st : open_with(&s, backend, pool, err, errlen);
+    return st != GM_OK ? st : pool_open(&s, backend, pool, NULL, NULL, err, errlen);
 }
 
 /* Destroy what gmpy_open made. force: release live blocks too. Only GM_ERR_BUSY (live blocks,
@@ -268,7 +248,7 @@ GMPY_API gm_status gmpy_replay(const trace *t, const char *kind, int device, con
     /* Open once first: a device or setting refused says so with its status (replay_run would
      * give only an exit code). */
     if (st == GM_OK)
-        st = open_with(&o.settings, &b, &p, err, errlen);
+        st = pool_open(&o.settings, &b, &p, NULL, NULL, err, errlen);
     if (st != GM_OK)
         return st;
     gm_pool_destroy(p);

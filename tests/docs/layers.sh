@@ -42,6 +42,7 @@ blocks 14
 events 14
 counters 13
 config 12
+config_resolve 12
 tracing 12
 tag 12
 error 11
@@ -49,14 +50,20 @@ json 6
 debug 6
 lock 6
 cuda 9
+cuda_mem 8.6
+cuda_ipc 8.6
+cuda_driver 8.3
 sim 9
+sim_vmm 8.6
+sim_host 8.6
+sim_model 8.3
 backend 8
 cost 7
 '
 # file: the only files that may call it (the simulator's cost model is the simulator's; the
 # pool's policies ask the backend for estimates: backend_estimate_ns)
 ONLY='
-cost sim backend
+cost sim sim_model sim_vmm sim_host backend
 '
 # The tables' readers, for both checks: "key value" lines into arr[key] = value (a number with
 # `numeric`), "key word..." lines into arr[key] = " word  word ... ".
@@ -134,6 +141,7 @@ HEADERS='
 types.h any
 backend.h any
 gpumem.h any
+gpumem_sim.h any
 hashmap.h any
 list.h any
 streammap.h any
@@ -145,6 +153,8 @@ segment_parts.h segment_alias
 # header: the only files that may include it
 PRIVATE='
 segment_parts.h segment segment_vmm segment_alias segment_census
+sim_model.h sim sim_vmm sim_host sim_model
+cuda_driver.h cuda cuda_mem cuda_ipc cuda_driver
 '
 # The pool's parts (gm_pool in types.h; `pool->NAME`): the part, its owner, and the other files
 # that touch it ("*": every file: every layer counts). A header counts as the file of its name.

@@ -16,7 +16,7 @@
  * input). FUZZ_API_STATS=1 prints how many inputs reached stitching and compaction at exit.
  */
 #include "fuzz_check.h"
-#include "gpumem.h"
+#include "gpumem_sim.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,10 +1,12 @@
 /*
  * The interfaces between the files of the `gpumem` command-line tool. The tool uses only the
- * public API (gpumem.h); nothing here is part of the library.
+ * public API (gpumem.h, gpumem_sim.h); nothing here is part of the library.
  *
  *   trace.c        RMM CSV reader (plain or gzip) -> an array of resolved operations
  *   settings.c     the table of --set keys, size parsing, config printing
- *   replay.c       replays a parsed trace against a pool, timing only gm_alloc / gm_free
+ *   backends.c     the backend registry: name, simulated or not, open, device count, streams
+ *   replay.c       the replay engine (the CLI's, the Python package's and bench_replay's):
+ *                  replays a parsed trace against a pool, timing only gm_alloc / gm_free
  *   report_text.c  the human-readable table          report_json.c  --json
  *   report_html.c  the self-contained HTML page       jsonw.c        a small JSON writer
  *   compare.c      `gpumem compare`                   info.c         `gpumem info`
@@ -13,9 +15,10 @@
 #ifndef GM_CLI_H
 #define GM_CLI_H
 
-#include "gpumem.h"
+#include "gpumem_sim.h"
 #include "json.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -86,7 +89,8 @@ const char *trace_problem_key(trace_problem p);  /* "malformed_lines" (JSON) */
 
 /* ---- settings.c ------------------------------------------------------------------------ */
 
-typedef enum backend_kind { BACKEND_SIM = 0, BACKEND_CUDA } backend_kind;
+/* A row of the backend registry (backends.c); backend_kind is its index. */
+typedef enum backend_kind { BACKEND_SIM = 0, BACKEND_CUDA, BACKEND_COUNT } backend_kind;
 
 /* Everything a run is configured with: the pool, the simulated device, the backend. */
 typedef struct cli_settings {
@@ -114,6 +118,43 @@ void settings_value_json(size_t i, const cli_settings *s, char *buf, size_t n);
 void settings_value_text(size_t i, const cli_settings *s, char *buf, size_t n);
 /* "1.58 GiB" style. */
 void format_bytes(uint64_t bytes, char *buf, size_t n);
+
+/* ---- backends.c: the backend registry ------------------------------------------------- */
+
+typedef struct backend_desc {
+    const char *name; /* --backend NAME, Pool(NAME), gm_device_info.backend */
+    const char *note; /* said beside the name in messages ("the simulated GPU"), or NULL */
+    bool simulated;   /* device time is the cost model's; sim.* settings and controls apply */
+    gm_status (*open)(const cli_settings *s, gm_backend **out); /* device s->device */
+    int (*device_count)(const cli_settings *s);
+    gm_status (*stream_create)(gm_backend *b, gm_stream *out);
+    gm_status (*stream_destroy)(gm_backend *b, gm_stream stream);
+} backend_desc;
+
+/* The row of s's backend. */
+const backend_desc *backend_of(const cli_settings *s);
+/* The backend called `name` into *out: 0, or -1 when none is. */
+int backend_find(const char *name, backend_kind *out);
+/* Whether a device whose gm_device_info.backend is `name` is simulated (reports). */
+int backend_named_simulated(const char *name);
+/* Every backend's name for messages: "sim or cuda"; quoted: "\"sim\" (the simulated GPU) or
+ * \"cuda\"". */
+void backend_names(char *buf, size_t n, int quoted);
+/* Open the backend the settings name: device s->device (sim: of a simulated machine of
+ * sim.devices devices). Returns EXIT_OK_ or EXIT_RUNTIME with a message. */
+int backend_open(const cli_settings *s, gm_backend **out, char *err, size_t errlen);
+/* The same, returning why: GM_ERR_INVALID_ARGUMENT (no such sim device) or the backend's status
+ * (GM_ERR_NO_DEVICE without a driver or GPU, ...), with the message in err. */
+gm_status backend_open_status(const cli_settings *s, gm_backend **out, char *err, size_t errlen);
+/* How many devices the settings' backend has (sim: sim.devices; cuda: what the driver sees, 1
+ * when it cannot tell: opening the device then says why). */
+int backend_device_count(const cli_settings *s);
+/* The backend and a pool on it with s->pool: GM_OK, or the failing call's status with err
+ * saying why ("cannot open the cuda backend: ...", "cannot create the pool: ..."), nothing left
+ * open. info (may be NULL): gm_backend_info of the device before the pool reserved anything.
+ * refused (may be NULL): set when the pool refused the settings (invalid or unsupported). */
+gm_status pool_open(const cli_settings *s, gm_backend **backend, gm_pool **pool,
+                    gm_device_info *info, bool *refused, char *err, size_t errlen);
 
 /* ---- JSON: the library's writer (src/json.h), to a FILE -------------------------------- */
 
@@ -148,6 +189,7 @@ typedef struct replay_options {
     int defrag;        /* --defrag on: a gm_defrag_maybe step in every time gap >= defrag_gap */
     double defrag_gap; /* seconds; 0 = DEFRAG_GAP_DEFAULT */
     int min_budget;    /* --min-budget: bisect reserve_limit for the smallest that runs */
+    int single_stream; /* every op on the default stream (bench_replay: the host cost alone) */
 } replay_options;
 
 /* Device calls that reserve, create, map, unmap or release memory (GM_CALL_MEM_ALLOC through
@@ -210,6 +252,41 @@ typedef struct replay_result {
     unsigned min_budget_replays;
 } replay_result;
 
+/* One pass of the engine on a fresh backend and pool (replay_open): the trace's pointer slots,
+ * its streams, the options' movable blocks and defragmentation. replay_run makes its passes of
+ * these; bench_replay times replay_step with its own clocks. */
+typedef struct replay_session {
+    const trace *t;
+    const replay_options *o;
+    replay_result *r;
+    const backend_desc *desc; /* the settings' backend */
+    gm_backend *backend;
+    gm_pool *pool;
+    gm_stream *streams;
+    void **ptrs;         /* live pointer of each allocation slot; NULL when free or failed */
+    gm_handle **handles; /* --movable: handle of each movable slot; NULL otherwise */
+    double gap;          /* --defrag on: seconds of trace time that get a step; 0 = off */
+    bool lagged;         /* sim.kernel_ns: work lags the host (follow_trace) */
+    double trace_time;   /* lagged: the Time of the last op replayed */
+    uint64_t defrag_failures;
+    size_t sample_every;
+    unsigned progress_shown; /* per mille drawn last */
+    char *err;
+    size_t errlen;
+} replay_session;
+
+/* Open a pass of t with o into *x, results into *r (zeroed; r->device, r->resolved filled).
+ * Returns EXIT_OK_, or EXIT_RUNTIME / EXIT_USAGE (the pool rejected the config) with a message
+ * in err and nothing left open. */
+int replay_open(replay_session *x, const trace *t, const replay_options *o, replay_result *r,
+                char *err, size_t errlen);
+/* Replay ops [from, to) of the trace. Returns the index reached: `to`, or the op that failed
+ * fatally (err says why). *excluded gets the host time spent in defragmentation steps. Counts
+ * go to the session's result: ops, oom_count, frees_skipped, ... */
+size_t replay_step(replay_session *x, size_t from, size_t to, uint64_t *excluded);
+/* Destroy what replay_open made (the pool forced, its streams, the backend). */
+void replay_close(replay_session *x);
+
 /* Replay t. Returns EXIT_OK_, EXIT_RUNTIME or EXIT_USAGE (the pool rejected the config), with
  * a message in err on failure. */
 int replay_run(const trace *t, const replay_options *o, replay_result *r, char *err,
@@ -222,15 +299,6 @@ int replay_incomplete_note(const replay_result *r, char *buf, size_t n);
  * untouched zero pages) come before a timed loop, not inside it, as with torch_replay.py's
  * pointer table, which is written when it is made. */
 void *calloc_touched(size_t n, size_t size);
-/* Open the backend the settings name: device s->device (sim: of a simulated machine of
- * sim.devices devices). Returns EXIT_OK_ or EXIT_RUNTIME with a message. */
-int backend_open(const cli_settings *s, gm_backend **out, char *err, size_t errlen);
-/* The same, returning why: GM_ERR_INVALID_ARGUMENT (no such sim device) or the backend's status
- * (GM_ERR_NO_DEVICE without a driver or GPU, ...), with the message in err. */
-gm_status backend_open_status(const cli_settings *s, gm_backend **out, char *err, size_t errlen);
-/* How many devices the settings' backend has (sim: sim.devices; cuda: what the driver sees, 1
- * when it cannot tell: opening the device then says why). */
-int backend_device_count(const cli_settings *s);
 
 /* ---- reports --------------------------------------------------------------------------- */
 

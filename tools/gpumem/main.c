@@ -200,9 +200,12 @@ static int value_option(int argc, char **argv, int *i, unsigned accepted, const 
         if (strcmp(table[k].name, "--html") == 0) {
             o->html = v;
         } else if (strcmp(table[k].name, "--backend") == 0) {
-            if (strcmp(v, "sim") != 0 && strcmp(v, "cuda") != 0)
-                return 2 + usage_error(command, "--backend: \"%s\" is not sim or cuda", v);
-            o->settings.backend = strcmp(v, "cuda") == 0 ? BACKEND_CUDA : BACKEND_SIM;
+            if (backend_find(v, &o->settings.backend) != 0) {
+                char what[256], names[128];
+                backend_names(names, sizeof names, 0);
+                snprintf(what, sizeof what, "--backend: \"%.64s\" is not %s", v, names);
+                return 2 + usage_error(command, "%s", what);
+            }
         } else if (strcmp(table[k].name, "--device") == 0) {
             char *end;
             long d = strtol(v, &end, 10);

@@ -39,80 +39,11 @@ enum { TIMELINE_POINTS = 2000, WORST_FREE_PERCENT = 1, PROGRESS_WIDTH = 40, TIME
 static const uint64_t RECOMMEND_ROUNDING = 2u << 20; /* 2 MiB, the VMM page */
 static const uint64_t MOVABLE_SEED = 0x6770756d656d2d31ull; /* fixed: the choice is reproducible */
 
-typedef struct run {
-    const trace *t;
-    const replay_options *o;
-    replay_result *r;
-    gm_backend *backend;
-    gm_pool *pool;
-    gm_stream *streams;
-    void **ptrs; /* live pointer of each allocation slot; NULL when free or failed */
-    gm_handle **handles; /* --movable: handle of each movable slot; NULL otherwise */
-    double gap;          /* --defrag on: seconds of trace time that get a step; 0 = off */
-    bool lagged;         /* sim.kernel_ns: work lags the host (follow_trace) */
-    double trace_time;   /* lagged: the Time of the last op replayed */
-    uint64_t defrag_failures;
-    size_t sample_every;
-    unsigned progress_shown; /* per mille drawn last */
-    char *err;
-    size_t errlen;
-} run;
-
 static uint64_t now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-int backend_device_count(const cli_settings *s)
-{
-    int n = 0;
-    if (s->backend == BACKEND_SIM)
-        return s->sim_devices ? (int)s->sim_devices : 1;
-    return gm_cuda_device_count(&n) == GM_OK && n > 0 ? n : 1;
-}
-
-/* Device s->device of a simulated machine of sim.devices devices (the others are let go). */
-static gm_status sim_open(const cli_settings *s, gm_backend **out)
-{
-    enum { MAX_SIM_DEVICES = 64 };
-    gm_backend *devs[MAX_SIM_DEVICES];
-    int n = backend_device_count(s);
-    if (n > MAX_SIM_DEVICES)
-        n = MAX_SIM_DEVICES + 1; /* gm_sim_devices_create refuses it and says why */
-    gm_status st = gm_sim_devices_create(&s->sim, n, devs);
-    if (st != GM_OK)
-        return st;
-    for (int d = 0; d < n; d++)
-        if (d != s->device)
-            gm_backend_destroy(devs[d]);
-    *out = devs[s->device];
-    return GM_OK;
-}
-
-gm_status backend_open_status(const cli_settings *s, gm_backend **out, char *err, size_t errlen)
-{
-    int n = backend_device_count(s);
-    if (s->backend == BACKEND_SIM && (s->device < 0 || s->device >= n)) {
-        snprintf(err, errlen, "no sim device %d: the simulated machine has %d device%s (set "
-                 "sim.devices)", s->device, n, n == 1 ? "" : "s");
-        return GM_ERR_INVALID_ARGUMENT;
-    }
-    gm_status st = s->backend == BACKEND_CUDA ? gm_cuda_backend_create(s->device, out)
-                                              : sim_open(s, out);
-    if (st == GM_OK)
-        return GM_OK;
-    const char *msg = gm_backend_last_error();
-    snprintf(err, errlen, "cannot open the %s backend: %s%s%s",
-             s->backend == BACKEND_CUDA ? "cuda" : "sim", gm_status_str(st), *msg ? ": " : "",
-             msg);
-    return st;
-}
-
-int backend_open(const cli_settings *s, gm_backend **out, char *err, size_t errlen)
-{
-    return backend_open_status(s, out, err, errlen) == GM_OK ? EXIT_OK_ : EXIT_RUNTIME;
 }
 
 /* splitmix64's finaliser over the slot index and the seed, scaled to [0, 1). */
@@ -131,7 +62,7 @@ static int slot_is_movable(uint32_t slot, double fraction)
  * time is returned so the caller can keep it out of host_ns. Copy time: on sim the cost model's
  * charge; on a real device the copies run asynchronously, so the step's stream is synchronized
  * and the time from the step's start until its copies finished is what is counted. */
-static uint64_t maybe_defrag(run *x, size_t i)
+static uint64_t maybe_defrag(replay_session *x, size_t i)
 {
     const trace_op *ops = x->t->ops;
     if (x->gap <= 0 || i + 1 >= x->t->n_ops || ops[i + 1].time - ops[i].time < x->gap)
@@ -141,8 +72,7 @@ static uint64_t maybe_defrag(run *x, size_t i)
     gm_stream stream = x->streams[ops[i].stream];
     uint64_t t0 = now_ns();
     gm_status st = gm_defrag_maybe(x->pool, stream, 0, &res);
-    bool simulated = strcmp(r->device.backend, "sim") == 0;
-    if (!simulated && (st == GM_OK || st == GM_ERR_BACKEND) && res.bytes_moved &&
+    if (!x->desc->simulated && (st == GM_OK || st == GM_ERR_BACKEND) && res.bytes_moved &&
         gm_backend_stream_sync(x->backend, stream) == GM_OK)
         res.copy_time_ns = now_ns() - t0;
     uint64_t spent = now_ns() - t0;
@@ -156,18 +86,16 @@ static uint64_t maybe_defrag(run *x, size_t i)
     return spent;
 }
 
-static int open_streams(run *x)
+static int open_streams(replay_session *x)
 {
     const trace *t = x->t;
     x->streams = calloc(t->n_streams, sizeof *x->streams);
     if (!x->streams)
         return -1;
-    bool cuda = strcmp(x->r->device.backend, "sim") != 0; /* real streams on the GPU too */
     for (uint32_t i = 0; i < t->n_streams; i++) {
-        if (t->streams[i] <= 1 || x->r->streams_merged)
+        if (t->streams[i] <= 1 || x->r->streams_merged || x->o->single_stream)
             continue;
-        gm_status st = cuda ? gm_cuda_stream_create(x->backend, &x->streams[i])
-                            : gm_sim_stream_create(x->backend, &x->streams[i]);
+        gm_status st = x->desc->stream_create(x->backend, &x->streams[i]);
         if (st == GM_ERR_UNSUPPORTED)
             x->r->streams_merged = 1;
         else if (st != GM_OK)
@@ -178,19 +106,17 @@ static int open_streams(run *x)
     return 0;
 }
 
-static void close_streams(run *x)
+static void close_streams(replay_session *x)
 {
     if (!x->streams)
         return;
-    bool cuda = strcmp(x->r->device.backend, "sim") != 0;
     for (uint32_t i = 0; i < x->t->n_streams; i++)
         if (x->streams[i])
-            (void)(cuda ? gm_cuda_stream_destroy(x->backend, x->streams[i])
-                        : gm_sim_stream_destroy(x->backend, x->streams[i]));
+            (void)x->desc->stream_destroy(x->backend, x->streams[i]);
     free(x->streams);
 }
 
-static void progress(run *x, size_t done)
+static void progress(replay_session *x, size_t done)
 {
     if (!x->o->progress)
         return;
@@ -230,7 +156,7 @@ static int buffer_write(void *user, const char *data, size_t len)
     return 0;
 }
 
-static int take_snapshot(run *x)
+static int take_snapshot(replay_session *x)
 {
     text_buf b = {0};
     gm_status st = gm_pool_snapshot(x->pool, buffer_write, &b);
@@ -245,7 +171,7 @@ static int take_snapshot(run *x)
     return 0;
 }
 
-static int take_summary(run *x)
+static int take_summary(replay_session *x)
 {
     x->r->summary = malloc(GM_SUMMARY_BYTES);
     gm_status st = x->r->summary ? gm_pool_summary(x->pool, x->r->summary, GM_SUMMARY_BYTES)
@@ -271,7 +197,7 @@ static void consider_worst(replay_result *r, const gm_stats *st, size_t done)
 }
 
 /* Stats after `done` ops: a timeline point, the worst fragmentation rate, the optional check. */
-static int sample(run *x, size_t done, gm_stats *st)
+static int sample(replay_session *x, size_t done, gm_stats *st)
 {
     replay_result *r = x->r;
     gm_status s = gm_pool_stats(x->pool, st);
@@ -290,7 +216,7 @@ static int sample(run *x, size_t done, gm_stats *st)
     return 0;
 }
 
-static int on_oom(run *x, const trace_op *op)
+static int on_oom(replay_session *x, const trace_op *op)
 {
     replay_result *r = x->r;
     if (r->oom_count++ == 0) {
@@ -315,7 +241,7 @@ static int on_oom(run *x, const trace_op *op)
  * on top of what the calls charged), and each allocation launches one simulated kernel of
  * kernel_ns on its stream (the work that fills the block), so that the events the pool records
  * complete as late after the host as the model's work, as on a busy GPU. */
-static void follow_trace(run *x, const trace_op *op)
+static void follow_trace(replay_session *x, const trace_op *op)
 {
     if (op->time > x->trace_time) {
         (void)gm_sim_advance_clock(x->backend, (uint64_t)((op->time - x->trace_time) * 1e9));
@@ -323,9 +249,7 @@ static void follow_trace(run *x, const trace_op *op)
     }
 }
 
-/* Replay ops [from, to). Returns the index reached: `to`, or the op that failed fatally.
- * *excluded gets the host time spent in defragmentation steps. */
-static size_t run_ops(run *x, size_t from, size_t to, uint64_t *excluded)
+size_t replay_step(replay_session *x, size_t from, size_t to, uint64_t *excluded)
 {
     const trace_op *ops = x->t->ops;
     replay_result *r = x->r;
@@ -392,7 +316,7 @@ static size_t run_ops(run *x, size_t from, size_t to, uint64_t *excluded)
     return i;
 }
 
-static int replay_ops(run *x)
+static int replay_ops(replay_session *x)
 {
     const trace *t = x->t;
     replay_result *r = x->r;
@@ -411,7 +335,7 @@ static int replay_ops(run *x)
         if (done < quarter && stop > quarter)
             stop = quarter;
         uint64_t t0 = now_ns(), excluded = 0;
-        size_t reached = run_ops(x, done, stop, &excluded);
+        size_t reached = replay_step(x, done, stop, &excluded);
         r->host_ns += now_ns() - t0 - excluded;
         if (reached != stop)
             return -1;
@@ -479,22 +403,13 @@ void *calloc_touched(size_t n, size_t size)
     return p;
 }
 
-static int setup(run *x)
+static int setup(replay_session *x)
 {
     replay_result *r = x->r;
     const cli_settings *s = &x->o->settings;
-    if (backend_open(s, &x->backend, x->err, x->errlen) != 0)
-        return EXIT_RUNTIME;
-    gm_backend_info(x->backend, &r->device);
-    gm_status st = gm_pool_create(x->backend, &s->pool, &x->pool);
-    if (st != GM_OK) {
-        const char *msg = gm_last_error(NULL);
-        snprintf(x->err, x->errlen, "cannot create the pool: %s%s%s", gm_status_str(st),
-                 *msg ? ": " : "", msg);
-        x->pool = NULL;
-        return st == GM_ERR_INVALID_ARGUMENT || st == GM_ERR_UNSUPPORTED ? EXIT_USAGE
-                                                                         : EXIT_RUNTIME;
-    }
+    bool refused;
+    if (pool_open(s, &x->backend, &x->pool, &r->device, &refused, x->err, x->errlen) != GM_OK)
+        return refused ? EXIT_USAGE : EXIT_RUNTIME;
     r->resolved = *s;
     gm_pool_config(x->pool, &r->resolved.pool);
     r->resolved.pool.error_callback = NULL;
@@ -515,7 +430,7 @@ static int setup(run *x)
     r->movable_fraction = x->o->movable;
     r->defrag_gap = x->o->defrag_gap > 0 ? x->o->defrag_gap : DEFRAG_GAP_DEFAULT;
     x->gap = x->o->defrag ? r->defrag_gap : 0;
-    x->lagged = s->backend == BACKEND_SIM && s->sim.kernel_ns > 0;
+    x->lagged = x->desc->simulated && s->sim.kernel_ns > 0;
     x->trace_time = x->t->n_ops ? x->t->ops[0].time : 0;
     if (!x->ptrs || !r->timeline || handles_failed || open_streams(x) != 0) {
         snprintf(x->err, x->errlen, "%s: cannot set up the replay (host memory or streams)",
@@ -525,11 +440,40 @@ static int setup(run *x)
     return EXIT_OK_;
 }
 
+int replay_open(replay_session *x, const trace *t, const replay_options *o, replay_result *r,
+                char *err, size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    *x = (replay_session){.t = t, .o = o, .r = r, .desc = backend_of(&o->settings), .err = err,
+                          .errlen = errlen};
+    x->sample_every = (t->n_ops + TIMELINE_POINTS - 1) / TIMELINE_POINTS;
+    if (x->sample_every == 0)
+        x->sample_every = 1;
+    err[0] = 0;
+    int rc = setup(x);
+    if (rc != EXIT_OK_) {
+        replay_close(x);
+        replay_result_free(r);
+    }
+    return rc;
+}
+
+void replay_close(replay_session *x)
+{
+    if (x->pool)
+        gm_pool_destroy_force(x->pool);
+    close_streams(x);
+    if (x->backend)
+        gm_backend_destroy(x->backend);
+    free(x->ptrs);
+    free(x->handles);
+}
+
 /* The timed pass's loop: every op, one clock read before and one after. */
-static int time_ops(run *x)
+static int time_ops(replay_session *x)
 {
     uint64_t excluded = 0, t0 = now_ns();
-    size_t reached = run_ops(x, 0, x->t->n_ops, &excluded);
+    size_t reached = replay_step(x, 0, x->t->n_ops, &excluded);
     x->r->host_ns = now_ns() - t0 - excluded;
     return reached == x->t->n_ops ? 0 : -1;
 }
@@ -538,14 +482,11 @@ static int time_ops(run *x)
 static int replay_pass(const trace *t, const replay_options *o, replay_result *r, char *err,
                        size_t errlen, bool timed)
 {
-    memset(r, 0, sizeof *r);
-    run x = {.t = t, .o = o, .r = r, .err = err, .errlen = errlen};
-    x.sample_every = (t->n_ops + TIMELINE_POINTS - 1) / TIMELINE_POINTS;
-    if (x.sample_every == 0)
-        x.sample_every = 1;
-    err[0] = 0;
-    int rc = setup(&x);
-    if (rc == EXIT_OK_ && (timed ? time_ops(&x) : replay_ops(&x)) != 0)
+    replay_session x;
+    int rc = replay_open(&x, t, o, r, err, errlen);
+    if (rc != EXIT_OK_)
+        return rc; /* nothing open; err says why */
+    if ((timed ? time_ops(&x) : replay_ops(&x)) != 0)
         rc = EXIT_RUNTIME;
     if (rc == EXIT_OK_ && gm_pool_stats(x.pool, &r->final) != GM_OK)
         rc = EXIT_RUNTIME;
@@ -560,13 +501,7 @@ static int replay_pass(const trace *t, const replay_options *o, replay_result *r
         r->defrag_blocks_moved = r->final.defrag_blocks_moved;
         r->defrag_bytes_moved = r->final.defrag_bytes_moved;
     }
-    if (x.pool)
-        gm_pool_destroy_force(x.pool);
-    close_streams(&x);
-    if (x.backend)
-        gm_backend_destroy(x.backend);
-    free(x.ptrs);
-    free(x.handles);
+    replay_close(&x);
     if (rc != EXIT_OK_)
         replay_result_free(r);
     return rc;

@@ -186,7 +186,7 @@ static void summary(FILE *f, const trace *t, const replay_result *r)
                  "%.3f ms copy time (%s)", r->movable_fraction, r->defrag_enabled ? "on" : "off",
                  (unsigned long long)r->defrag_steps, (unsigned long long)r->defrag_blocks_moved,
                  a, (double)r->defrag_copy_ns / 1e6,
-                 strcmp(r->device.backend, "sim") == 0 ? "simulated" : "measured");
+                 backend_named_simulated(r->device.backend) ? "simulated" : "measured");
         summary_row(f, "defragmentation", v);
     }
     snprintf(v, sizeof v, "%llu out-of-memory; bad input: %llu malformed, %llu unknown frees, "

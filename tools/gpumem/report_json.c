@@ -8,9 +8,10 @@
 static void config_members(jw *w, const cli_settings *resolved)
 {
     char value[64];
-    jw_string(w, "backend", resolved->backend == BACKEND_CUDA ? "cuda" : "sim");
+    const backend_desc *backend = backend_of(resolved);
+    jw_string(w, "backend", backend->name);
     for (size_t i = 0; i < settings_count(); i++) {
-        if (settings_is_sim(i) && resolved->backend != BACKEND_SIM)
+        if (settings_is_sim(i) && !backend->simulated)
             continue;
         settings_value_json(i, resolved, value, sizeof value);
         jw_raw(w, settings_key(i), value);

@@ -108,9 +108,9 @@ void report_text(FILE *f, const trace *t, const replay_result *r)
         r->worst_frag_rate, (unsigned long long)r->worst_frag_op);
     device_calls(f, fin);
     row(f, "device time", "%.3f ms (%s)", (double)fin->device_time_ns / 1e6,
-        strcmp(r->device.backend, "sim") == 0 ? "simulated H200 cost model" : "measured");
+        backend_named_simulated(r->device.backend) ? "simulated H200 cost model" : "measured");
     char in_device[64] = ""; /* the sim's cost model charges time, spends none */
-    if (strcmp(r->device.backend, "sim") != 0)
+    if (!backend_named_simulated(r->device.backend))
         snprintf(in_device, sizeof in_device, ", %.3f ms of it in device calls",
                  (double)r->timed_device_ns / 1e6);
     row(f, "host time", "%.1f ns/op, median of %u timed passes (%.1f-%.1f; the median pass: "
@@ -130,7 +130,7 @@ void report_text(FILE *f, const trace *t, const replay_result *r)
             bytes(r->defrag_bytes_moved, a, sizeof a));
         row(f, "  copy time", "%.3f ms (%s; gap steps), %.3f ms host",
             (double)r->defrag_copy_ns / 1e6,
-            strcmp(r->device.backend, "sim") == 0 ? "simulated"
+            backend_named_simulated(r->device.backend) ? "simulated"
                                                    : "measured: each step until its copies ended",
             (double)r->defrag_host_ns / 1e6);
     }
