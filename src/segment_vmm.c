@@ -391,6 +391,13 @@ uintptr_t vmm_fresh_addr(const gm_arena *a, const gm_span *s)
     return r->base + (r->hwm << a->page_shift);
 }
 
+/* The pool's peak allocated bytes in pages: it stands still while a program repeats. */
+static uint32_t peak_pages(const gm_pool *pool)
+{
+    return (uint32_t)(atomic_load_explicit(&pool->counters.peak_allocated,
+                                           memory_order_relaxed) / pool->granularity);
+}
+
 /* Move idle run h of arena `from` off its pages, for a map in arena `to`: its handle (still
  * reserved) in *phys. The old mapping stays as an alias behind a fence on from's stream, and
  * `to`'s stream waits for the fence on the device if it is another stream. Where that cannot
@@ -422,8 +429,11 @@ static gm_status run_detach(gm_pool *pool, gm_arena *from, size_t h, const gm_ar
         .kind = from->kind, .phys = from->pages[h].phys, .stream = s, .fence = ev,
         .addr = page_addr(from, h, gran), .size = n * gran};
     run_forget(from, h, phys);
-    for (size_t p = h; p < h + n; p++)
+    uint32_t given_at = peak_pages(pool) + 1;
+    for (size_t p = h; p < h + n; p++) {
         from->pages[p].retiring = true;
+        from->pages[p].given_at = given_at;
+    }
     from->retiring_pages += n;
     if (pool->cfg.vmm_unmap_thread)
         (void)unmapper_kick_locked(pool); /* not running: run_recycle reaps inline */
@@ -501,16 +511,36 @@ static gm_status run_create(gm_pool *pool, gm_arena *a, size_t p, size_t n)
     return GM_OK;
 }
 
+/* Whether pages [p, p + n) of arena a get a new run rather than one recycled from elsewhere:
+ * recycling took a page's run away while the program's peak stood where it stands now, and the
+ * program wants the page again, so it repeats itself, and a run taken from elsewhere would be
+ * wanted back there in turn (an unmap and a map each way, every iteration). Only while
+ * reserved stays within 1/64 of the peak allocated bytes; past that, recycling as before. */
+static bool repeat_keeps(const gm_pool *pool, const gm_arena *a, size_t p, size_t n)
+{
+    uint32_t now = peak_pages(pool) + 1;
+    bool again = false;
+    for (size_t q = p; q < p + n && !again; q++)
+        again = a->pages[q].given_at == now;
+    if (!again)
+        return false;
+    size_t peak = atomic_load_explicit(&pool->counters.peak_allocated, memory_order_relaxed);
+    size_t len = n < pool->cfg.vmm_run_pages ? n : pool->cfg.vmm_run_pages;
+    return pool->counters.reserved_bytes + len * pool->granularity <= peak + peak / 64;
+}
+
 /* Pages [p, p + n) of arena a, unmapped, get memory. Recycling first (every release policy but
  * ON_OOM): idle runs of up to n + room pages are moved there (room: unmapped, unused pages
  * right after the stretch, which a longer run may cover), cached blocks evicted to make some;
- * then new runs of at most VMM_RUN_PAGES for the rest. ON_OOM creates first and recycles only
- * at the limit. */
+ * then new runs of at most VMM_RUN_PAGES for the rest; a stretch the program wants again in
+ * its steady state gets a new run at once (repeat_keeps). ON_OOM creates first and recycles
+ * only at the limit. */
 static gm_status stretch_fill(gm_pool *pool, gm_arena *a, size_t p, size_t n, size_t room)
 {
     bool recycle = pool->cfg.release != GM_RELEASE_ON_OOM;
     while (n) {
-        while (recycle && n) {
+        bool keep = recycle && repeat_keeps(pool, a, p, n);
+        while (recycle && !keep && n) {
             size_t moved = 0;
             gm_status st = run_recycle(pool, a, p, n + room, &moved);
             if (st != GM_OK)

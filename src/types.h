@@ -166,6 +166,8 @@ typedef struct vmm_page {
                        granted before a block uses it */
     bool retiring;  /* unmapped for the pool (phys 0), but still mapped on the device: the old
                        place of a recycled run, until its alias is unmapped (segment.c) */
+    uint32_t given_at; /* 0, or 1 + the pool's peak allocated bytes in pages when recycling
+                          took the page's run elsewhere (segment_vmm.c, repeat_keeps) */
     uint32_t idle_prev, idle_next; /* PAGE_NONE = none */
     /* Runs (segment.c): physical memory is created, mapped, unmapped and released in runs of
      * contiguous pages, one handle and one mapping each. run = first page of this page's run;
