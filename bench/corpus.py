@@ -49,6 +49,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import growth_bound as gb  # noqa: E402  (bench/, beside this file)
 MIB = 1 << 20
 GRAN = 2 * MIB
 MULTI_STREAM_LIMIT, SINGLE_STREAM_LIMIT = 1.06, 1.03
@@ -76,17 +78,10 @@ def splits(paths):
     return out
 
 
-def growth_bound():
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    import growth_bound as gb
-    return gb
-
-
 def bound_steps(path, target):
     """bench/growth_bound.py's answer: the fewest growth steps of its model (perfect packing,
     growth only when live passes reserved) that keep reserved/live <= target at every one of its
     scales of the trace, over its grid of growth fractions and floors; None if none does."""
-    gb = growth_bound()
     _, highs = gb.records(path)
     if not highs:
         return 0
@@ -137,7 +132,7 @@ def row_of(path, split, d):
     bound = steps * per_step if steps is not None else None
     budget = d.get("min_budget_ratio")
     limit = MULTI_STREAM_LIMIT if d.get("streams", 1) > 1 else SINGLE_STREAM_LIMIT
-    floor_steps, _ = growth_bound().online_floor(path, limit)
+    floor_steps, _ = gb.online_floor(path, limit)
     return dict(trace=name_of(path), split=split, streams=d.get("streams", 1),
                 peak_live=d["peak_live_bytes"], rl=d["reserved_over_live"],
                 torch=side.get("default"), expand=side.get("expandable"), calls=calls,

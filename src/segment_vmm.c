@@ -518,13 +518,13 @@ static gm_status run_create(gm_pool *pool, gm_arena *a, size_t p, size_t n)
  * reserved stays within 1/64 of the peak allocated bytes; past that, recycling as before. */
 static bool repeat_keeps(const gm_pool *pool, const gm_arena *a, size_t p, size_t n)
 {
-    uint32_t now = peak_pages(pool) + 1;
+    size_t peak = atomic_load_explicit(&pool->counters.peak_allocated, memory_order_relaxed);
+    uint32_t now = (uint32_t)(peak / pool->granularity) + 1; /* as peak_pages */
     bool again = false;
     for (size_t q = p; q < p + n && !again; q++)
         again = a->pages[q].given_at == now;
     if (!again)
         return false;
-    size_t peak = atomic_load_explicit(&pool->counters.peak_allocated, memory_order_relaxed);
     size_t len = n < pool->cfg.vmm_run_pages ? n : pool->cfg.vmm_run_pages;
     return pool->counters.reserved_bytes + len * pool->granularity <= peak + peak / 64;
 }
