@@ -194,6 +194,9 @@ struct PrivatePool {
     gm_pool* pool = nullptr;  // created on its first allocation
     int use_count = 0;        // beginAllocateToPool / createOrIncrefPool minus releasePool
     size_t live = 0;          // blocks not yet given back to gm (deferred and parked included)
+    // A CUDA graph's pool (an allocation came from a capturing stream): the graph may touch any
+    // address its capture handed out, freed ones too, so sleep leaves this pool mapped.
+    bool graph = false;
     // Blocks live when a checkpoint state was taken (torch.compile's CUDA-graph trees): freed,
     // they are parked, not given back, so that setCheckpointPoolState can hand them out again at
     // the same address. They go back to gm when the pool is released.
@@ -429,6 +432,7 @@ class GmAllocator final : public CCA::CUDAAllocator {
                 if (s.filter(stream)) {
                     pp = private_locked(D, s.id, true);
                     pool = private_gm_locked(D, pp);
+                    if (!pp->graph && stream_capturing(stream)) pp->graph = true;
                     pp->live++;  // reserved now, so that a racing release cannot retire it
                     break;
                 }
@@ -1396,12 +1400,13 @@ void trim(int dev, size_t keep) {
 }
 
 // ---- sleep and wake (docs/sleep.md) ------------------------------------------------------
-// Over every pool of the installed allocator: each device's pool and the private pools of CUDA
-// graphs and MemPools. Enumerated afresh by each call (a private pool may come or go between a
-// sleep and a wake, e.g. the MemPool of an inference phase run between them); released private
-// pools waiting to be destroyed are trimmed instead.
+// Over the pools of the installed allocator: each device's pool and the private pools of
+// MemPools; a CUDA graph's private pool stays mapped (PrivatePool::graph) unless `graphs`.
+// Enumerated afresh by each call (a private pool may come or go between a sleep and a wake,
+// e.g. the MemPool of an inference phase run between them); released private pools waiting to
+// be destroyed are trimmed instead.
 
-std::vector<gm_pool*> all_pools(bool trim_zombies) {
+std::vector<gm_pool*> all_pools(bool trim_zombies, bool graphs) {
     GmAllocator& A = installed();
     std::vector<gm_pool*> pools;
     int n = static_cast<int>(c10::cuda::device_count());
@@ -1412,7 +1417,7 @@ std::vector<gm_pool*> all_pools(bool trim_zombies) {
         DeviceState& D = A.dev_state(static_cast<DeviceIndex>(d));
         std::lock_guard<std::mutex> g(D.mu);
         for (auto& kv : D.privates)
-            if (kv.second->pool) pools.push_back(kv.second->pool);
+            if (kv.second->pool && (graphs || !kv.second->graph)) pools.push_back(kv.second->pool);
         if (trim_zombies)
             for (auto& z : D.zombies)
                 if (z->pool) gm_trim(z->pool, 0);
@@ -1434,7 +1439,7 @@ std::string wake_pools(const std::vector<gm_pool*>& pools) {
 }
 
 void sleep_all(const std::string& offload_tags) {
-    std::vector<gm_pool*> pools = all_pools(true);
+    std::vector<gm_pool*> pools = all_pools(true, false);
     std::vector<gm_pool*> done;
     for (gm_pool* p : pools) {
         gm_status st = gm_pool_sleep(p, offload_tags.c_str());
@@ -1452,7 +1457,7 @@ void sleep_all(const std::string& offload_tags) {
 
 void wake_all() {
     // Released private pools (a MemPool the other phase used) give their memory back first.
-    std::string why = wake_pools(all_pools(true));
+    std::string why = wake_pools(all_pools(true, true));
     TORCH_CHECK(why.empty(), "gpumem.torch.wake: ", why, " (call wake() again to retry)");
 }
 
@@ -1469,6 +1474,18 @@ py::dict sleep_stats(int dev) {
     d["wakes"] = s.wakes;
     d["reserved_bytes"] = s.reserved_bytes;
     d["live_bytes"] = s.live_bytes;
+    size_t kept = 0;  // CUDA graphs' private pools: sleep leaves them mapped
+    GmAllocator& A = installed();
+    if (A.pool_if_made(static_cast<DeviceIndex>(dev))) {
+        DeviceState& D = A.dev_state(static_cast<DeviceIndex>(dev));
+        std::lock_guard<std::mutex> g(D.mu);
+        for (auto& kv : D.privates) {
+            gm_stats ps{};
+            if (kv.second->graph && kv.second->pool && gm_pool_stats(kv.second->pool, &ps) == GM_OK)
+                kept += ps.reserved_bytes;
+        }
+    }
+    d["graph_pools_reserved_bytes"] = kept;
     return d;
 }
 

@@ -190,13 +190,26 @@ def _offload_tags(offload):
     return ",".join(names)
 
 
+def _clear_blas_workspaces():
+    """Free PyTorch's cached cuBLAS / cuBLASLt workspaces. They are tensors PyTorch keeps live and
+    hands to every later matrix product on the same stream: asleep, the next product (another
+    phase's model) would run on unmapped memory; after a wake, one allocated in that phase's
+    MemPool would keep its pool. PyTorch allocates a new one on first use."""
+    import torch
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None and torch.cuda.is_initialized():
+        clear()
+
+
 def sleep(offload=True):
     """Give every CUDA tensor's device memory back to the driver, keeping every tensor's address
     (and so the CUDA graphs captured over them), until wake(). ``offload``: True keeps every
     tensor's contents (copied to pinned host memory), False discards them all (undefined after
     wake), an iterable of tag names keeps the tensors allocated under those tags (tag()) and
     discards the rest. Every pool of the backend sleeps (each device's, and the private pools of
-    CUDA graphs and MemPools), or none: a failure wakes the ones already asleep and raises.
+    MemPools), or none: a failure wakes the ones already asleep and raises. A CUDA graph's
+    private pool stays mapped (the graph may use any address its capture handed out, freed ones
+    too); sleep_stats() reports its bytes. PyTorch's cached cuBLAS workspaces are freed first.
     Meanwhile no CUDA memory can be allocated on gpumem's pools (an allocation raises with
     "the pool is asleep"); tensors may be freed. Needs VMM segments (the backend's default,
     segments=auto, on a GPU with VMM). torch.cuda.memory_reserved() drops to what is still
@@ -206,6 +219,7 @@ def sleep(offload=True):
     if not C.installed():
         raise GpumemError("gpumem.torch.sleep: gpumem is not PyTorch's allocator in this process "
                           "(gpumem.torch.enable() first)")
+    _clear_blas_workspaces()
     try:
         C.sleep(tags)
     except RuntimeError as e:
@@ -219,6 +233,7 @@ def wake():
     C = _ext()
     if not C.installed():
         raise GpumemError("gpumem.torch.wake: gpumem is not PyTorch's allocator in this process")
+    _clear_blas_workspaces()  # one the other phase allocated in its MemPool frees that pool
     try:
         C.wake()
     except RuntimeError as e:
@@ -228,7 +243,8 @@ def wake():
 def sleep_stats(device=0):
     """The device's pool's sleep figures: asleep, sleep_host_bytes (pinned host memory holding
     saved contents), sleep_saved_bytes (of tensors still live), sleeps, wakes, reserved_bytes,
-    live_bytes (gm_stats)."""
+    live_bytes (gm_stats), graph_pools_reserved_bytes (CUDA graphs' private pools on the
+    device, which sleep leaves mapped)."""
     return _ext().sleep_stats(int(device))
 
 
