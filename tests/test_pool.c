@@ -574,6 +574,7 @@ static void test_vmm_unmap_thread(void)
     gm_background_pause();
     gm_background_pause();
     gm_background_resume();
+    CHECK_OK(gm_pool_stats(p, &st)); /* counted once paused: the thread polled until then */
     uint64_t queries = st.device_calls[GM_CALL_EVENT_QUERY];
     CHECK_OK(gm_sim_stream_complete(be, NULL));
     sleep_ms(20);
