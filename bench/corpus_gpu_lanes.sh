@@ -7,7 +7,8 @@
 # program's own either way; step times are not comparable across lanes).
 # usage: bench/corpus_gpu_lanes.sh OUT [LANES]
 #   SOLO: the workloads run alone (default llama_1b_train,gpt2_medium_ckpt); PYTHON, MODES,
-#   PER_RUN_S as for bench/corpus_gpu.sh.
+#   PER_RUN_S as for bench/corpus_gpu.sh; PACK=FILE: also one archive of OUT's traces, sidecars
+#   and logs (the GPU machine returns at most 8 files: write FILE under its $OUT, OUT elsewhere).
 set -u
 OUT=${1:?usage: bench/corpus_gpu_lanes.sh OUT [LANES]}
 LANES=${2:-4}
@@ -36,3 +37,6 @@ CORPUS_NOTE="recorded alone on the device" "$ROOT/bench/corpus_gpu.sh" "$OUT/sol
     >"$OUT/solo.txt" 2>&1
 cat "$OUT"/lane*.txt "$OUT/solo.txt" | grep -E '^(FAIL|date)' || true
 echo "traces: $(ls "$OUT"/*/*.csv.gz 2>/dev/null | wc -l)"
+if [ -n "${PACK:-}" ]; then
+    tar -czf "$PACK" -C "$OUT" . && echo "packed: $PACK ($(du -h "$PACK" | cut -f1))"
+fi
