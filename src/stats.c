@@ -293,11 +293,12 @@ static gm_status check_span(gm_pool *pool, const gm_span *s, uint32_t *users, re
     return GM_OK;
 }
 
-static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *users,
-                             recount *rc)
+/* The old mappings (aliases) of arena a, the unmapping thread's current one included: each
+ * covers retiring pages only; the pages they cover in *aliased. */
+static gm_status check_aliases(gm_pool *pool, const gm_arena *a, size_t *aliased)
 {
-    size_t mapped = 0, idle = 0, ungranted = 0, retiring = 0, aliased = 0, idle_runs = 0;
     const vmm_alias *cur = unmapper_cur(pool);
+    *aliased = 0;
     for (size_t i = 0; i < pool->seg.alias_count + (cur != NULL); i++) {
         const vmm_alias *al = i < pool->seg.alias_count ? &pool->seg.aliases[i] : cur;
         if (vmm_alias_arena(pool, al) != a)
@@ -306,43 +307,14 @@ static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *u
             if (p >= a->page_count || !a->pages[p].retiring)
                 return CORRUPT("old mapping of pages %u-%u: page %zu is not retiring", al->first,
                                al->first + al->n - 1, p);
-        aliased += al->n;
+        *aliased += al->n;
     }
-    for (size_t p = 0; p < a->page_count; p++) {
-        const vmm_page *pg = &a->pages[p];
-        if (p >= a->page_hwm && !pg->phys && !pg->users)
-            break; /* nothing was ever mapped beyond the high-water mark */
-        if (pg->users != users[p])
-            return CORRUPT("page %zu has %u users, blocks say %u", p, pg->users, users[p]);
-        if (pg->users && !pg->phys && !pool->sleep.asleep) /* asleep: no page need be mapped */
-            return CORRUPT("page %zu is used but not mapped", p);
-        if (pg->ungranted && (!pg->phys || pg->run != p || pg->run_busy))
-            return CORRUPT("page %zu is flagged ungranted but heads no idle run", p);
-        if (pg->retiring && (pg->phys || pg->users))
-            return CORRUPT("page %zu is retiring (an old mapping) but mapped or used", p);
-        retiring += pg->retiring;
-        ungranted += pg->ungranted;
-        idle_runs += pg->phys && pg->run == p && pg->run_busy == 0;
-        mapped += pg->phys != 0;
-        idle += pg->phys && !pg->users;
-    }
-    size_t listed = 0;
-    for (uint32_t p = a->idle_head; p != PAGE_NONE; p = a->pages[p].idle_next) {
-        if (!a->pages[p].phys || a->pages[p].users || ++listed > idle)
-            return CORRUPT("idle page list holds page %u wrongly", p);
-    }
-    if (mapped != a->mapped_pages || idle != a->idle_pages || listed != idle)
-        return CORRUPT("arena counts %zu mapped / %zu idle pages, found %zu / %zu (listed %zu)",
-                       a->mapped_pages, a->idle_pages, mapped, idle, listed);
-    if (retiring != a->retiring_pages || aliased != retiring)
-        return CORRUPT("arena counts %zu retiring pages, found %zu, old mappings cover %zu",
-                       a->retiring_pages, retiring, aliased);
-    if (idle_runs != a->idle_run_count)
-        return CORRUPT("arena counts %zu idle runs, found %zu", a->idle_run_count, idle_runs);
-    rc->idle_runs += idle_runs;
-    if (ungranted != a->ungranted_runs)
-        return CORRUPT("arena counts %zu runs without the peers' access, found %zu",
-                       a->ungranted_runs, ungranted);
+    return GM_OK;
+}
+
+/* Each range of arena a counts its mapped pages, and together they hold all `mapped`. */
+static gm_status check_page_ranges(gm_pool *pool, const gm_arena *a, size_t mapped)
+{
     size_t in_ranges = 0;
     for (size_t r = 0; r < a->range_count; r++) {
         const vmm_range *vr = &a->ranges[r];
@@ -356,7 +328,69 @@ static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *u
     }
     if (in_ranges != mapped)
         return CORRUPT("%zu mapped pages lie outside the arena's ranges", mapped - in_ranges);
-    rc->reserved += mapped * pool->granularity;
+    return GM_OK;
+}
+
+/* What the page table of arena a counts, recounted page by page. */
+typedef struct page_census {
+    size_t mapped, idle, ungranted, retiring, idle_runs;
+} page_census;
+
+/* One page of arena a against the blocks' count of its users; adds it to *c. */
+static gm_status check_page(gm_pool *pool, const gm_arena *a, size_t p, uint32_t users,
+                            page_census *c)
+{
+    const vmm_page *pg = &a->pages[p];
+    if (pg->users != users)
+        return CORRUPT("page %zu has %u users, blocks say %u", p, pg->users, users);
+    if (pg->users && !pg->phys && !pool->sleep.asleep) /* asleep: no page need be mapped */
+        return CORRUPT("page %zu is used but not mapped", p);
+    if (pg->ungranted && (!pg->phys || pg->run != p || pg->run_busy))
+        return CORRUPT("page %zu is flagged ungranted but heads no idle run", p);
+    if (pg->retiring && (pg->phys || pg->users))
+        return CORRUPT("page %zu is retiring (an old mapping) but mapped or used", p);
+    c->retiring += pg->retiring;
+    c->ungranted += pg->ungranted;
+    c->idle_runs += pg->phys && pg->run == p && pg->run_busy == 0;
+    c->mapped += pg->phys != 0;
+    c->idle += pg->phys && !pg->users;
+    return GM_OK;
+}
+
+static gm_status check_pages(gm_pool *pool, const gm_arena *a, const uint32_t *users,
+                             recount *rc)
+{
+    size_t aliased = 0;
+    gm_status st = check_aliases(pool, a, &aliased);
+    if (st != GM_OK)
+        return st;
+    page_census c = {0};
+    for (size_t p = 0; p < a->page_count; p++) {
+        if (p >= a->page_hwm && !a->pages[p].phys && !a->pages[p].users)
+            break; /* nothing was ever mapped beyond the high-water mark */
+        if ((st = check_page(pool, a, p, users[p], &c)) != GM_OK)
+            return st;
+    }
+    size_t listed = 0;
+    for (uint32_t p = a->idle_head; p != PAGE_NONE; p = a->pages[p].idle_next) {
+        if (!a->pages[p].phys || a->pages[p].users || ++listed > c.idle)
+            return CORRUPT("idle page list holds page %u wrongly", p);
+    }
+    if (c.mapped != a->mapped_pages || c.idle != a->idle_pages || listed != c.idle)
+        return CORRUPT("arena counts %zu mapped / %zu idle pages, found %zu / %zu (listed %zu)",
+                       a->mapped_pages, a->idle_pages, c.mapped, c.idle, listed);
+    if (c.retiring != a->retiring_pages || aliased != c.retiring)
+        return CORRUPT("arena counts %zu retiring pages, found %zu, old mappings cover %zu",
+                       a->retiring_pages, c.retiring, aliased);
+    if (c.idle_runs != a->idle_run_count)
+        return CORRUPT("arena counts %zu idle runs, found %zu", a->idle_run_count, c.idle_runs);
+    rc->idle_runs += c.idle_runs;
+    if (c.ungranted != a->ungranted_runs)
+        return CORRUPT("arena counts %zu runs without the peers' access, found %zu",
+                       a->ungranted_runs, c.ungranted);
+    if ((st = check_page_ranges(pool, a, c.mapped)) != GM_OK)
+        return st;
+    rc->reserved += c.mapped * pool->granularity;
     return GM_OK;
 }
 
