@@ -95,6 +95,54 @@ static bool evict_one_cached_locked(gm_pool *pool)
     return cache_evict_one_locked(pool) || tcache_reclaim_locked(pool);
 }
 
+/* Blocks per thread cache for a pool of settings cfg (0: none). A traced pool has no thread
+ * caches: every call then takes the pool lock and is recorded under it, so the trace is the
+ * order the pool served the calls in (docs/tracing.md). */
+static unsigned thread_cache_blocks(const gm_config *cfg)
+{
+    unsigned tcb = cfg->thread_cache_blocks;
+    if (tcb == GM_THREAD_CACHE_OFF || cfg->cache_disable || cfg->trace_file[0])
+        return 0;
+    return tcb < 64 ? tcb : 64;
+}
+
+/* gm_pool_create's initial reserve: `initial` bytes in the first heap's large arena, mapped
+ * (VMM: then idle) or one pinned plain segment, wholly free. */
+static gm_status initial_reserve(gm_pool *pool, size_t initial)
+{
+    gm_backend *backend = pool->backend;
+    gm_mutex_lock(&pool->lock);
+    gm_heap *h = heap_of_locked(pool, NULL);
+    gm_arena *a = h ? &h->arenas[ARENA_LARGE] : NULL;
+    gm_status st = a ? GM_OK : GM_ERR_HOST_MEMORY;
+    if (st == GM_OK && initial > backend->caps.capacity)
+        st = pool_fail_locked(pool, GM_ERR_OUT_OF_MEMORY,
+                              "initial_reserve_bytes %zu exceeds device capacity %zu", initial,
+                              backend->caps.capacity);
+    if (st == GM_OK && initial > pool->limit)
+        st = pool_fail_locked(pool, GM_ERR_OUT_OF_MEMORY,
+                              "initial_reserve_bytes %zu exceeds the reserve limit %zu", initial,
+                              pool->limit);
+    if (st == GM_OK && pool->cfg.segments == GM_SEGMENTS_VMM) {
+        st = span_create_vmm_locked(pool, a, initial);
+        size_t bytes = round_up(initial, pool->granularity);
+        if (st == GM_OK && bytes <= a->spans->size) {
+            st = pages_acquire_locked(pool, a, a->spans->base, bytes);
+            if (st == GM_OK)
+                pages_drop_locked(pool, a, a->spans->base, bytes);
+        }
+    } else if (st == GM_OK) {
+        gm_span *s = NULL;
+        st = span_create_plain_locked(pool, a, round_up(initial, pool->cfg.segment_rounding), &s);
+        if (st == GM_OK) {
+            s->pinned = true;
+            pool->spans_emptied++; /* wholly free: growth's make_room considers it */
+        }
+    }
+    gm_mutex_unlock(&pool->lock);
+    return st;
+}
+
 gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **out)
 {
     if (!backend || !out)
@@ -124,14 +172,7 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     pool->seg_hooks.span_added = strategy_span_added;
     pool->seg_hooks.span_leaving = strategy_span_leaving;
     pool->id = tcache_next_pool_id();
-    unsigned tcb = pool->cfg.thread_cache_blocks;
-    /* A traced pool has no thread caches: every call then takes the pool lock and is recorded
-     * under it, so the trace is the order the pool served the calls in (docs/tracing.md). */
-    pool->tc.blocks = tcb == GM_THREAD_CACHE_OFF || pool->cfg.cache_disable ||
-                              pool->cfg.trace_file[0]
-                          ? 0
-                      : tcb < 64                                            ? tcb
-                                                                            : 64;
+    pool->tc.blocks = thread_cache_blocks(&pool->cfg);
     pool->tc.watch = pool->tc.blocks && !pool->cfg.thread_cache_eager;
     atomic_init(&pool->tc.live, pool->tc.watch ? 0 : pool->tc.blocks);
     for (int i = 0; i < LIVE_SHARDS; i++)
@@ -145,43 +186,12 @@ gm_status gm_pool_create(gm_backend *backend, const gm_config *cfg, gm_pool **ou
     }
 
     size_t initial = pool->cfg.initial_reserve_bytes;
-    if (initial) {
-        gm_mutex_lock(&pool->lock);
-        gm_heap *h = heap_of_locked(pool, NULL);
-        gm_arena *a = h ? &h->arenas[ARENA_LARGE] : NULL;
-        st = a ? GM_OK : GM_ERR_HOST_MEMORY;
-        if (st == GM_OK && initial > backend->caps.capacity)
-            st = pool_fail_locked(pool, GM_ERR_OUT_OF_MEMORY,
-                                  "initial_reserve_bytes %zu exceeds device capacity %zu", initial,
-                                  backend->caps.capacity);
-        if (st == GM_OK && initial > pool->limit)
-            st = pool_fail_locked(pool, GM_ERR_OUT_OF_MEMORY,
-                                  "initial_reserve_bytes %zu exceeds the reserve limit %zu",
-                                  initial, pool->limit);
-        if (st == GM_OK && pool->cfg.segments == GM_SEGMENTS_VMM) {
-            st = span_create_vmm_locked(pool, a, initial);
-            size_t bytes = round_up(initial, pool->granularity);
-            if (st == GM_OK && bytes <= a->spans->size) {
-                st = pages_acquire_locked(pool, a, a->spans->base, bytes);
-                if (st == GM_OK)
-                    pages_drop_locked(pool, a, a->spans->base, bytes);
-            }
-        } else if (st == GM_OK) {
-            gm_span *s = NULL;
-            st = span_create_plain_locked(pool, a, round_up(initial, pool->cfg.segment_rounding), &s);
-            if (st == GM_OK) {
-                s->pinned = true;
-                pool->spans_emptied++; /* wholly free: growth's make_room considers it */
-            }
-        }
-        gm_mutex_unlock(&pool->lock);
-        if (st != GM_OK) {
-            if (snprintf(why, sizeof why, "initial reserve of %zu bytes failed: %s", initial,
-                         pool->err.fresh ? pool->err.text : gm_backend_last_error()) < 0)
-                why[0] = '\0';
-            gm_pool_destroy_force(pool);
-            return fail_no_pool(st, "gm_pool_create", why);
-        }
+    if (initial && (st = initial_reserve(pool, initial)) != GM_OK) {
+        if (snprintf(why, sizeof why, "initial reserve of %zu bytes failed: %s", initial,
+                     pool->err.fresh ? pool->err.text : gm_backend_last_error()) < 0)
+            why[0] = '\0';
+        gm_pool_destroy_force(pool);
+        return fail_no_pool(st, "gm_pool_create", why);
     }
     if (pool->cfg.trace_file[0]) {
         st = tracing_open(pool->cfg.trace_file, &pool->trace, why, sizeof why);
