@@ -518,60 +518,80 @@ void cache_stats_locked(const gm_pool *pool, gm_stats *out)
     }
 }
 
+/* One size class's list of bucket k of cache c: flags, filing and links; its blocks and bytes
+ * added to *blocks, *bytes. */
+static bool check_class(const gm_cache *c, int k, unsigned cl, size_t *blocks, size_t *bytes,
+                        char *why, size_t len)
+{
+    const cache_bucket *b = &c->buckets[k];
+    const gm_block *last = NULL;
+    for (const gm_block *blk = b->heads[cl]; blk; last = blk, blk = blk->free_next) {
+        if (!(blk->flags & BLOCK_CACHED) || class_of(blk->size) != cl ||
+            bucket_of(c, blk->size) != (unsigned)k || blk->cache_class != cl ||
+            blk->cache_bucket != k || blk->free_prev != last) {
+            snprintf(why, len, "cache: block 0x%zx misfiled", (size_t)blk->addr);
+            return false;
+        }
+        (*blocks)++;
+        *bytes += blk->size;
+    }
+    if (b->tails[cl] != last) {
+        snprintf(why, len, "cache: class %u tail is wrong", cl);
+        return false;
+    }
+    return true;
+}
+
+/* Bucket k of cache c: its classes, their LRU order, its age list and counts; its blocks and
+ * bytes added to the totals. */
+static bool check_bucket(const gm_cache *c, int k, size_t *total_blocks, size_t *total_bytes,
+                         char *why, size_t len)
+{
+    const cache_bucket *b = &c->buckets[k];
+    size_t blocks = 0, bytes = 0, classes = 0, lru = 0;
+    for (unsigned cl = 0; cl < CACHE_CLASSES; cl++) {
+        bool bit = (b->class_map[cl / 64] >> (cl % 64)) & 1u;
+        if (bit != (b->heads[cl] != NULL)) {
+            snprintf(why, len, "cache: class %u bit disagrees with its list", cl);
+            return false;
+        }
+        classes += bit;
+        if (!check_class(c, k, cl, &blocks, &bytes, why, len))
+            return false;
+    }
+    unsigned prev = LRU_END;
+    for (unsigned cl = b->lru_next[LRU_END]; cl != LRU_END && lru <= classes;
+         prev = cl, cl = b->lru_next[cl], lru++)
+        if (cl > LRU_END || !b->heads[cl] || b->lru_prev[cl] != prev) {
+            snprintf(why, len, "cache bucket %d: LRU order broken at class %u", k, cl);
+            return false;
+        }
+    if (lru <= classes && b->lru_prev[LRU_END] != prev) {
+        snprintf(why, len, "cache bucket %d: LRU tail is wrong", k);
+        return false;
+    }
+    size_t aged = 0;
+    for (const gm_block *blk = b->age_head; blk && aged <= blocks; blk = blk->age_next)
+        aged++;
+    if (blocks != b->blocks || bytes != b->bytes || lru != classes || aged != blocks) {
+        snprintf(why, len,
+                 "cache bucket %d: counts %zu blocks / %zu bytes, found %zu / %zu "
+                 "(%zu on the age list, %zu of %zu classes in LRU order)",
+                 k, b->blocks, b->bytes, blocks, bytes, aged, lru, classes);
+        return false;
+    }
+    *total_blocks += blocks;
+    *total_bytes += bytes;
+    return true;
+}
+
 gm_status cache_check_locked(const gm_pool *pool, size_t *blocks_out, char *why, size_t len)
 {
     const gm_cache *c = &pool->cache;
     size_t total_blocks = 0, total_bytes = 0;
-    for (int k = 0; k < GM_CACHE_BUCKETS; k++) {
-        const cache_bucket *b = &c->buckets[k];
-        size_t blocks = 0, bytes = 0, classes = 0, lru = 0;
-        for (unsigned cl = 0; cl < CACHE_CLASSES; cl++) {
-            bool bit = (b->class_map[cl / 64] >> (cl % 64)) & 1u;
-            if (bit != (b->heads[cl] != NULL)) {
-                snprintf(why, len, "cache: class %u bit disagrees with its list", cl);
-                return GM_ERR_CORRUPT;
-            }
-            classes += bit;
-            const gm_block *last = NULL;
-            for (const gm_block *blk = b->heads[cl]; blk; last = blk, blk = blk->free_next) {
-                if (!(blk->flags & BLOCK_CACHED) || class_of(blk->size) != cl ||
-                    bucket_of(c, blk->size) != (unsigned)k || blk->cache_class != cl ||
-                    blk->cache_bucket != k || blk->free_prev != last) {
-                    snprintf(why, len, "cache: block 0x%zx misfiled", (size_t)blk->addr);
-                    return GM_ERR_CORRUPT;
-                }
-                blocks++;
-                bytes += blk->size;
-            }
-            if (b->tails[cl] != last) {
-                snprintf(why, len, "cache: class %u tail is wrong", cl);
-                return GM_ERR_CORRUPT;
-            }
-        }
-        unsigned prev = LRU_END;
-        for (unsigned cl = b->lru_next[LRU_END]; cl != LRU_END && lru <= classes;
-             prev = cl, cl = b->lru_next[cl], lru++)
-            if (cl > LRU_END || !b->heads[cl] || b->lru_prev[cl] != prev) {
-                snprintf(why, len, "cache bucket %d: LRU order broken at class %u", k, cl);
-                return GM_ERR_CORRUPT;
-            }
-        if (lru <= classes && b->lru_prev[LRU_END] != prev) {
-            snprintf(why, len, "cache bucket %d: LRU tail is wrong", k);
+    for (int k = 0; k < GM_CACHE_BUCKETS; k++)
+        if (!check_bucket(c, k, &total_blocks, &total_bytes, why, len))
             return GM_ERR_CORRUPT;
-        }
-        size_t aged = 0;
-        for (const gm_block *blk = b->age_head; blk && aged <= blocks; blk = blk->age_next)
-            aged++;
-        if (blocks != b->blocks || bytes != b->bytes || lru != classes || aged != blocks) {
-            snprintf(why, len,
-                     "cache bucket %d: counts %zu blocks / %zu bytes, found %zu / %zu "
-                     "(%zu on the age list, %zu of %zu classes in LRU order)",
-                     k, b->blocks, b->bytes, blocks, bytes, aged, lru, classes);
-            return GM_ERR_CORRUPT;
-        }
-        total_blocks += blocks;
-        total_bytes += bytes;
-    }
     if (total_bytes != c->bytes || c->bytes > c->cap) {
         snprintf(why, len, "cache: total %zu bytes (cap %zu), found %zu",
                  c->bytes, c->cap, total_bytes);

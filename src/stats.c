@@ -432,6 +432,24 @@ static gm_status check_arena(gm_pool *pool, const gm_arena *a, recount *rc)
     return GM_OK;
 }
 
+/* The pool's cache and its pending list against the blocks flagged so in the spans (rc). */
+static gm_status check_cached_pending(gm_pool *pool, const recount *rc)
+{
+    char why[256];
+    size_t cached = 0;
+    if (cache_check_locked(pool, &cached, why, sizeof why) != GM_OK)
+        return CORRUPT("%s", why);
+    if (cached != rc->cached)
+        return CORRUPT("%zu blocks cached, %zu flagged cached in spans", cached, rc->cached);
+    size_t pending = 0;
+    for (const gm_block *b = pool->pending; b; b = b->free_next)
+        if (!(b->flags & BLOCK_PENDING) || ++pending > rc->pending)
+            return CORRUPT("pending list holds a block that is not pending");
+    if (pending != rc->pending)
+        return CORRUPT("%zu pending blocks listed, %zu found", pending, rc->pending);
+    return GM_OK;
+}
+
 gm_status pool_check_locked(gm_pool *pool)
 {
     recount rc = {0};
@@ -444,18 +462,9 @@ gm_status pool_check_locked(gm_pool *pool)
             return st;
         segments += a->span_count;
     }
-    char why[256];
-    size_t cached = 0;
-    if (cache_check_locked(pool, &cached, why, sizeof why) != GM_OK)
-        return CORRUPT("%s", why);
-    if (cached != rc.cached)
-        return CORRUPT("%zu blocks cached, %zu flagged cached in spans", cached, rc.cached);
-    size_t pending = 0;
-    for (const gm_block *b = pool->pending; b; b = b->free_next)
-        if (!(b->flags & BLOCK_PENDING) || ++pending > rc.pending)
-            return CORRUPT("pending list holds a block that is not pending");
-    if (pending != rc.pending)
-        return CORRUPT("%zu pending blocks listed, %zu found", pending, rc.pending);
+    gm_status st = check_cached_pending(pool, &rc);
+    if (st != GM_OK)
+        return st;
     pool_totals t;
     pool_totals_locked(pool, &t);
     size_t mapped = 0;
@@ -486,7 +495,7 @@ gm_status pool_check_locked(gm_pool *pool)
     /* Reserved bytes may exceed the limit: gm_pool_set_reserve_limit may lower it below them. */
     free_summary fs;
     free_summary_locked(pool, &fs);
-    gm_status st = pool->sleep.asleep ? sleep_check_locked(pool, fs.total, spare) : GM_OK;
+    st = pool->sleep.asleep ? sleep_check_locked(pool, fs.total, spare) : GM_OK;
     if (st != GM_OK)
         return st;
     if (!pool->sleep.asleep && /* asleep, live blocks hold no memory: sleep_check_locked */
