@@ -557,6 +557,49 @@ static bool is_space(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
+/* The next comma-separated item of *p, trimmed, in [*a, *b) (maybe empty); *p moves past it. */
+static void next_item(const char **p, const char **a, const char **b)
+{
+    const char *end = strchr(*p, ',');
+    if (!end)
+        end = *p + strlen(*p);
+    *a = *p;
+    *b = end;
+    *p = *end ? end + 1 : end;
+    while (*a < *b && is_space(**a))
+        (*a)++;
+    while (*b > *a && is_space((*b)[-1]))
+        (*b)--;
+}
+
+/* Item number `item`, [a, b), "KEY=VALUE", into c (pool keys; NULL: none) or s (sim keys; with
+ * no pool keys they may be written without "sim."). */
+static gm_status parse_item(const char *fn, unsigned item, const char *a, const char *b,
+                            gm_config *c, gm_sim_config *s)
+{
+    char buf[512];
+    size_t len = (size_t)(b - a);
+    if (len >= sizeof buf)
+        return config_fail(fn, "item %u \"%.40s...\" is too long (over %zu characters)", item, a,
+                           sizeof buf - 1);
+    memcpy(buf, a, len);
+    buf[len] = 0;
+    char *eq = strchr(buf, '=');
+    if (!eq || eq == buf)
+        return config_fail(fn, "item %u \"%s\": want KEY=VALUE", item, buf);
+    char *kend = eq, *val = eq + 1;
+    while (kend > buf && is_space(kend[-1]))
+        kend--;
+    while (is_space(*val))
+        val++;
+    size_t klen = (size_t)(kend - buf);
+    if (c && s && klen > 4 && strncmp(buf, "sim.", 4) == 0)
+        return set_in(fn, &SIM_TABLE, NULL, s, buf, klen, val);
+    if (c)
+        return set_in(fn, &POOL_TABLE, s ? &SIM_TABLE : NULL, c, buf, klen, val);
+    return set_in(fn, &SIM_TABLE, NULL, s, buf, klen, val);
+}
+
 /* Parse "k=v,k=v" into cfg (pool keys) and sim (sim keys; with cfg NULL they may be written
  * without "sim."), all or nothing. */
 static gm_status parse_into(const char *fn, gm_config *cfg, gm_sim_config *sim, const char *text)
@@ -567,41 +610,11 @@ static gm_status parse_into(const char *fn, gm_config *cfg, gm_sim_config *sim, 
     gm_sim_config s = sim ? *sim : (gm_sim_config){0};
     unsigned item = 0;
     for (const char *p = text; *p;) {
-        const char *end = strchr(p, ',');
-        if (!end)
-            end = p + strlen(p);
-        const char *a = p, *b = end;
-        p = *end ? end + 1 : end;
-        while (a < b && is_space(*a))
-            a++;
-        while (b > a && is_space(b[-1]))
-            b--;
+        const char *a, *b;
+        next_item(&p, &a, &b);
         if (a == b)
             continue;
-        item++;
-        char buf[512];
-        size_t len = (size_t)(b - a);
-        if (len >= sizeof buf)
-            return config_fail(fn, "item %u \"%.40s...\" is too long (over %zu characters)", item,
-                               a, sizeof buf - 1);
-        memcpy(buf, a, len);
-        buf[len] = 0;
-        char *eq = strchr(buf, '=');
-        if (!eq || eq == buf)
-            return config_fail(fn, "item %u \"%s\": want KEY=VALUE", item, buf);
-        char *kend = eq, *val = eq + 1;
-        while (kend > buf && is_space(kend[-1]))
-            kend--;
-        while (is_space(*val))
-            val++;
-        size_t klen = (size_t)(kend - buf);
-        gm_status st;
-        if (cfg && sim && klen > 4 && strncmp(buf, "sim.", 4) == 0)
-            st = set_in(fn, &SIM_TABLE, NULL, &s, buf, klen, val);
-        else if (cfg)
-            st = set_in(fn, &POOL_TABLE, sim ? &SIM_TABLE : NULL, &c, buf, klen, val);
-        else
-            st = set_in(fn, &SIM_TABLE, NULL, &s, buf, klen, val);
+        gm_status st = parse_item(fn, ++item, a, b, cfg ? &c : NULL, sim ? &s : NULL);
         if (st != GM_OK)
             return st;
     }
