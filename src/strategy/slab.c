@@ -462,40 +462,50 @@ static gm_status check_block(slab_state *st, const gm_block *b, char *why, size_
     return GM_OK;
 }
 
+/* Class c's slabs (counts against what the recount saw, links, the tail) and its free list;
+ * its free objects (and its current slab's tail) added to *objects. */
+static gm_status check_class(slab_state *st, unsigned c, size_t *objects, char *why,
+                             size_t why_len)
+{
+    const slab_class *cl = &st->classes[c];
+    size_t size = class_size(st, c), free_objects = 0;
+    for (const slab *sl = cl->slabs; sl; sl = sl->next) {
+        if (sl->cls != c || sl->bytes % size || sl->seen_carved != sl->carved ||
+            sl->seen_in_use != sl->in_use || !sl->in_use || (sl->next && sl->next->prev != sl))
+            return SLAB_CORRUPT("slab 0x%zx of class %zu counts %zu carved / %zu in use, "
+                                "found %zu / %zu", (size_t)sl->base, size, sl->carved,
+                                sl->in_use, sl->seen_carved, sl->seen_in_use);
+        if ((sl->tail != NULL) != (sl->carved * size < sl->bytes) ||
+            (sl->tail && cl->current != sl))
+            return SLAB_CORRUPT("slab 0x%zx has a tail but is not its class's current one",
+                                (size_t)sl->base);
+        free_objects += sl->carved - sl->in_use;
+    }
+    size_t listed = 0;
+    for (const gm_block *b = cl->free; b; b = b->free_next, listed++) {
+        const slab *sl = map_get(&st->map, b->addr);
+        if (!block_is_free(b) || !sl || sl->cls != c || b == sl->tail ||
+            (b->free_next && b->free_next->free_prev != b))
+            return SLAB_CORRUPT("block 0x%zx misfiled on the list of class %zu",
+                                (size_t)b->addr, size);
+    }
+    if (listed != cl->free_count || listed != free_objects)
+        return SLAB_CORRUPT("class %zu lists %zu free objects, counts %zu, slabs have %zu", size,
+                            listed, cl->free_count, free_objects);
+    *objects += listed + (cl->current != NULL);
+    return GM_OK;
+}
+
 static gm_status check_slabs(slab_state *st, size_t *objects, char *why, size_t why_len)
 {
-    size_t slabs = 0;
     for (unsigned c = 0; c < CLASS_COUNT; c++) {
         const slab_class *cl = &st->classes[c];
         if (!cl->slabs && !cl->free && !cl->current && !cl->free_count)
             continue;
-        size_t size = class_size(st, c), free_objects = 0;
-        for (const slab *sl = cl->slabs; sl; sl = sl->next, slabs++) {
-            if (sl->cls != c || sl->bytes % size || sl->seen_carved != sl->carved ||
-                sl->seen_in_use != sl->in_use || !sl->in_use || (sl->next && sl->next->prev != sl))
-                return SLAB_CORRUPT("slab 0x%zx of class %zu counts %zu carved / %zu in use, "
-                                    "found %zu / %zu", (size_t)sl->base, size, sl->carved,
-                                    sl->in_use, sl->seen_carved, sl->seen_in_use);
-            if ((sl->tail != NULL) != (sl->carved * size < sl->bytes) ||
-                (sl->tail && cl->current != sl))
-                return SLAB_CORRUPT("slab 0x%zx has a tail but is not its class's current one",
-                                    (size_t)sl->base);
-            free_objects += sl->carved - sl->in_use;
-        }
-        size_t listed = 0;
-        for (const gm_block *b = cl->free; b; b = b->free_next, listed++) {
-            const slab *sl = map_get(&st->map, b->addr);
-            if (!block_is_free(b) || !sl || sl->cls != c || b == sl->tail ||
-                (b->free_next && b->free_next->free_prev != b))
-                return SLAB_CORRUPT("block 0x%zx misfiled on the list of class %zu",
-                                    (size_t)b->addr, size);
-        }
-        if (listed != cl->free_count || listed != free_objects)
-            return SLAB_CORRUPT("class %zu lists %zu free objects, counts %zu, slabs have %zu",
-                                size, listed, cl->free_count, free_objects);
-        *objects += listed + (cl->current != NULL);
+        gm_status rc = check_class(st, c, objects, why, why_len);
+        if (rc != GM_OK)
+            return rc;
     }
-    (void)slabs;
     return GM_OK;
 }
 
