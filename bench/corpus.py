@@ -15,6 +15,8 @@ Columns:
   r/l        gpumem's peak reserved / peak live (the replay's)
   torch      PyTorch default's, from the sidecar (max_memory_reserved / max_memory_allocated)
   expand     PyTorch with expandable_segments:True, from the sidecar
+  live       gpumem's PyTorch backend in the same program, from the sidecar when it was recorded
+             with MODES=default,expandable,gpumem ("-" otherwise)
   calls      memory calls (create, map, unmap, release, cuMemAlloc, cuMemFree) in the whole replay
   after/1k   memory calls after the first quarter of the ops, per 1,000 of those ops (the
              steady state's; target <= 0.1)
@@ -135,7 +137,8 @@ def row_of(path, split, d):
     floor_steps, _ = gb.online_floor(path, limit)
     return dict(trace=name_of(path), split=split, streams=d.get("streams", 1),
                 peak_live=d["peak_live_bytes"], rl=d["reserved_over_live"],
-                torch=side.get("default"), expand=side.get("expandable"), calls=calls,
+                torch=side.get("default"), expand=side.get("expandable"), live=side.get("gpumem"),
+                calls=calls,
                 after_1k=1000.0 * d["memory_calls_after_quarter"] / max(after_ops, 1),
                 floor_1k=1000.0 * floor_steps * per_step / max(after_ops, 1),
                 bound=bound, x_bound=(calls / bound if bound else None),
@@ -148,6 +151,7 @@ def fmt(v, spec):
 
 
 COLS = (("r/l", "rl", "6.3f"), ("torch", "torch", "6.3f"), ("expand", "expand", "6.3f"),
+        ("live", "live", "6.3f"),
         ("calls", "calls", "6d"), ("after/1k", "after_1k", "8.2f"), ("floor", "floor_1k", "6.2f"),
         ("bound", "bound", "5d"),
         ("x bound", "x_bound", "7.1f"), ("ns/op", "ns_op", "6.0f"), ("budget", "budget", "6.3f"))
@@ -226,12 +230,12 @@ def main(argv=None):
         print("legend: per split, the worst and median of each column (bench/corpus.py without "
               "--summary shows every trace and the targets it misses); r/l = peak reserved / "
               "peak live; torch, expand = PyTorch default's and expandable_segments' from the "
-              "recording; calls = memory calls; after/1k = per 1,000 ops after the first "
+              "recording, live = gpumem's backend there; calls = memory calls; after/1k = per 1,000 ops after the first "
               "quarter; floor = the fewest there for any pool growing on demand; bound = "
               "calls a perfect-packing pool needs for the same r/l")
     else:
-        print("legend: r/l = peak reserved / peak live (torch, expand: PyTorch default and "
-              "expandable_segments from the recording, same program); calls = memory calls; "
+        print("legend: r/l = peak reserved / peak live (torch, expand, live: PyTorch default, "
+              "expandable_segments and gpumem's backend from the recording, same program); calls = memory calls; "
               "after/1k = memory calls per 1,000 ops after the first quarter; floor = the fewest "
               "any pool growing on demand needs there to hold the r/l target wherever the "
               "trace might end (growth_bound.py's online_floor; above 0.1 the after/1k target "

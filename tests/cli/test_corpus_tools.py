@@ -71,6 +71,19 @@ row["floor_1k"] = 0.0
 check("after>0.1" in corpus.target_misses(row), corpus.target_misses(row))
 check("after>0.1(floor>0.1)" not in corpus.target_misses(row), "no floor, no note")
 
+# The sidecar: each allocator's peak reserved / peak live, gpumem's backend among them when
+# the recording ran it (the `live` column); none without a sidecar.
+side = flat[:-len(".csv")] + ".json"
+with open(side, "w") as f:
+    f.write('{"runs": {"default": {"peak_reserved": 300, "peak_live": 200}, '
+            '"expandable": {"peak_reserved": 220, "peak_live": 200}, '
+            '"gpumem": {"peak_reserved": 202, "peak_live": 200}}}')
+sc = corpus.sidecar(flat)
+check(sc == {"default": 1.5, "expandable": 1.1, "gpumem": 1.01}, "sidecar: %s" % sc)
+check(corpus.sidecar(ramp) == {}, "no sidecar, no figures")
+check(any(k == "live" for _, k, _ in corpus.COLS), "the table has gpumem's live column")
+os.remove(side)
+
 for p in (flat, ramp):
     os.remove(p)
 print("%d passed, %d failed" % (passed, failed))
