@@ -230,13 +230,13 @@ def main(argv=None):
         print("legend: per split, the worst and median of each column (bench/corpus.py without "
               "--summary shows every trace and the targets it misses); r/l = peak reserved / "
               "peak live; torch, expand = PyTorch default's and expandable_segments' from the "
-              "recording, live = gpumem's backend there; calls = memory calls; after/1k = per 1,000 ops after the first "
-              "quarter; floor = the fewest there for any pool growing on demand; bound = "
+              "recording, live = gpumem's backend there; calls = memory calls; after/1k = per "
+              "1,000 ops after the first quarter; floor = the fewest there for any pool growing on demand; bound = "
               "calls a perfect-packing pool needs for the same r/l")
     else:
         print("legend: r/l = peak reserved / peak live (torch, expand, live: PyTorch default, "
-              "expandable_segments and gpumem's backend from the recording, same program); calls = memory calls; "
-              "after/1k = memory calls per 1,000 ops after the first quarter; floor = the fewest "
+              "expandable_segments and gpumem's backend from the recording, same program); "
+              "calls = memory calls; after/1k = memory calls per 1,000 ops after the first quarter; floor = the fewest "
               "any pool growing on demand needs there to hold the r/l target wherever the "
               "trace might end (growth_bound.py's online_floor; above 0.1 the after/1k target "
               "cannot be met without knowing the future); bound = fewest "

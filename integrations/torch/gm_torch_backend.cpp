@@ -225,6 +225,7 @@ struct Deferred {
 struct Session {
     MempoolId_t id;
     std::function<bool(cudaStream_t)> filter;
+    bool seen = false;  // its first allocation has been routed (and told whether it captures)
 };
 
 struct Counters {  // PyTorch's statistics that gpumem has no equivalent for
@@ -432,7 +433,10 @@ class GmAllocator final : public CCA::CUDAAllocator {
                 if (s.filter(stream)) {
                     pp = private_locked(D, s.id, true);
                     pool = private_gm_locked(D, pp);
-                    if (!pp->graph && stream_capturing(stream)) pp->graph = true;
+                    if (!s.seen) {  // a capture routes capturing streams only: one query tells
+                        s.seen = true;
+                        if (stream_capturing(stream)) pp->graph = true;
+                    }
                     pp->live++;  // reserved now, so that a racing release cannot retire it
                     break;
                 }

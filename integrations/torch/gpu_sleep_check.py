@@ -217,9 +217,10 @@ def child(args):
         free_after = torch.cuda.mem_get_info()[0]
         out["given_back_bytes"] = free_after - free_before
         if args.mode == "gpumem":
-            out["saved_bytes"] = ph.gmt.sleep_stats()["sleep_saved_bytes"]
+            st = ph.gmt.sleep_stats()
+            out["saved_bytes"] = st["sleep_saved_bytes"]
             out["reserved_while_asleep"] = torch.cuda.memory_reserved()
-            out["graph_pools_reserved_bytes"] = ph.gmt.sleep_stats()["graph_pools_reserved_bytes"]
+            out["graph_pools_reserved_bytes"] = st["graph_pools_reserved_bytes"]
             out["allocated_while_asleep"] = torch.cuda.memory_allocated()
         else:
             out["saved_bytes"] = out["state_bytes"]
