@@ -225,7 +225,6 @@ struct Deferred {
 struct Session {
     MempoolId_t id;
     std::function<bool(cudaStream_t)> filter;
-    bool seen = false;  // its first allocation has been routed (and told whether it captures)
 };
 
 struct Counters {  // PyTorch's statistics that gpumem has no equivalent for
@@ -433,10 +432,9 @@ class GmAllocator final : public CCA::CUDAAllocator {
                 if (s.filter(stream)) {
                     pp = private_locked(D, s.id, true);
                     pool = private_gm_locked(D, pp);
-                    if (!s.seen) {  // a capture routes capturing streams only: one query tells
-                        s.seen = true;
-                        if (stream_capturing(stream)) pp->graph = true;
-                    }
+                    // Asked at each allocation until it captures: a MemPool's routing (by
+                    // thread) may also serve a capture begun while it is open.
+                    if (!pp->graph && stream_capturing(stream)) pp->graph = true;
                     pp->live++;  // reserved now, so that a racing release cannot retire it
                     break;
                 }
