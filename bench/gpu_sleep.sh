@@ -4,7 +4,8 @@
 # TMS_SRC names a checkout of it (the GPU machine has no network: carry it there); then the
 # RL-like check beside it (integrations/torch/gpu_sleep_check.py, every mode), CuPy's sleep and
 # wake (bench/gpu_cupy_sleep.py) and the backend's graph and memory-tool checks
-# (gpu_check_backend.py). Logs and JSON in OUT_DIR; a summary on stdout.
+# (gpu_check_backend.py), and the library's own sleep and wake against the copy bandwidth
+# (bench/bench_sleep, built in OUT_DIR/build). Logs and JSON in OUT_DIR; a summary on stdout.
 # usage: bench/gpu_sleep.sh OUT_DIR
 #   PYTHON: the interpreter with torch (default python3); TMS_SRC: torch_memory_saver's source;
 #   TMS_CUDA_MAJOR: the CUDA major it is built for (default: torch's).
@@ -31,3 +32,8 @@ echo "sleep check: rc=$? $(tail -c 600 "$OUT/sleep.json")"
 echo "cupy sleep: rc=$? $(tail -2 "$OUT/cupy_sleep.log" | tr '\n' ' ')"
 "$PY" "$ROOT/integrations/torch/gpu_check_backend.py" --json "$OUT/check.json" >"$OUT/check.log" 2>&1
 echo "backend checks: rc=$? $(tail -2 "$OUT/check.log" | tr '\n' ' ')"
+(cmake -S "$ROOT" -B "$OUT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+    cmake --build "$OUT/build" -j "$(nproc)" --target bench_sleep) >"$OUT/build.log" 2>&1 &&
+    "$OUT/build/bench/bench_sleep" --pin 1 >"$OUT/bench_sleep.txt" 2>&1
+echo "bench_sleep: rc=$? (OUT_DIR/bench_sleep.txt)"
+grep -E "^  (nosave|save only|pin)" "$OUT/bench_sleep.txt"

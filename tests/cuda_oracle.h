@@ -54,6 +54,13 @@ static struct oracle {
     CUresult (*cuEventRecord)(CUevent, CUstream);
     CUresult (*cuEventSynchronize)(CUevent);
     CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+    CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
+    CUresult (*cuMemFreeHost)(void *);
+    CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+    CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+    CUresult (*cuMemGetInfo)(size_t *, size_t *);
+    CUresult (*cuMemHostRegister)(void *, size_t, unsigned);
+    CUresult (*cuMemHostUnregister)(void *);
 } cu;
 
 static inline bool oracle_symbol(void *lib, const char *name, void *slot)
@@ -94,7 +101,14 @@ static inline void oracle_open(void)
               oracle_symbol(lib, "cuEventDestroy_v2", &cu.cuEventDestroy) &&
               oracle_symbol(lib, "cuEventRecord", &cu.cuEventRecord) &&
               oracle_symbol(lib, "cuEventSynchronize", &cu.cuEventSynchronize) &&
-              oracle_symbol(lib, "cuEventElapsedTime", &cu.cuEventElapsedTime);
+              oracle_symbol(lib, "cuEventElapsedTime", &cu.cuEventElapsedTime) &&
+              oracle_symbol(lib, "cuMemHostAlloc", &cu.cuMemHostAlloc) &&
+              oracle_symbol(lib, "cuMemFreeHost", &cu.cuMemFreeHost) &&
+              oracle_symbol(lib, "cuMemcpyDtoHAsync_v2", &cu.cuMemcpyDtoHAsync) &&
+              oracle_symbol(lib, "cuMemcpyHtoDAsync_v2", &cu.cuMemcpyHtoDAsync) &&
+              oracle_symbol(lib, "cuMemGetInfo_v2", &cu.cuMemGetInfo) &&
+              oracle_symbol(lib, "cuMemHostRegister_v2", &cu.cuMemHostRegister) &&
+              oracle_symbol(lib, "cuMemHostUnregister", &cu.cuMemHostUnregister);
     if (!ok || cu.cuInit(0) != 0)
         return;
     cu.initialized = true;
