@@ -263,6 +263,36 @@ static void test_plain_and_copy(gm_backend *b)
     check_no_context_left("failed calls");
 }
 
+/* Pinned host memory both ways (cuda_host.c): a small buffer from cuMemHostAlloc and a large one
+ * registered; copies to and from each, then freed. */
+static void test_host_pinned(gm_backend *b)
+{
+    const size_t sizes[] = {1 * MiB, 96 * MiB};
+    for (int i = 0; i < 2; i++) {
+        size_t size = sizes[i];
+        unsigned char v = (unsigned char)(0x5A + i);
+        void *host = NULL;
+        uintptr_t dev = 0;
+        CHECK_OK(CALL(GM_CALL_HOST_ALLOC, b->ops->host_alloc(b, size, &host)));
+        REQUIRE(host != NULL);
+        CHECK_OK(CALL(GM_CALL_MEM_ALLOC, b->ops->mem_alloc(b, size, &dev)));
+        memset(host, v, size);
+        CHECK_OK(CALL(GM_CALL_COPY_HTOD, b->ops->copy_htod(b, dev, host, size, NULL)));
+        CHECK_OK(CALL(GM_CALL_STREAM_SYNC, b->ops->stream_sync(b, NULL)));
+        CHECK(device_bytes_are(dev, size, v));
+        FILL(b, dev, size, 0xC3);
+        CHECK_OK(CALL(GM_CALL_COPY_DTOH, b->ops->copy_dtoh(b, host, dev, size, NULL)));
+        CHECK_OK(CALL(GM_CALL_STREAM_SYNC, b->ops->stream_sync(b, NULL)));
+        size_t same = 0;
+        for (size_t k = 0; k < size; k++)
+            same += ((unsigned char *)host)[k] == 0xC3;
+        CHECK_EQ_U(same, size);
+        CHECK_OK(CALL(GM_CALL_MEM_FREE, b->ops->mem_free(b, dev)));
+        CHECK_OK(CALL(GM_CALL_HOST_FREE, b->ops->host_free(b, host)));
+        check_no_context_left("pinned host memory");
+    }
+}
+
 /* Ordering: an event recorded behind a held stream is not ready; a second stream that waits on it
  * does not run its copy until the first stream is released. */
 static void test_streams_and_events(gm_backend *b)
@@ -443,6 +473,7 @@ static void test_gpu(void)
     check_no_context_left("create");
     test_caps_and_info(b);
     test_plain_and_copy(b);
+    test_host_pinned(b);
     test_streams_and_events(b);
     test_vmm(b);
     test_context_kept(b);

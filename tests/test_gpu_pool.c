@@ -10,6 +10,9 @@
  *                 held back behind a host function) is not handed to stream B until that work
  *                 has run; afterwards its bytes are the memset's
  *   vmm           pages mapped on demand, unmapped by gm_trim, mapped again, bytes intact
+ *   sleep         blocks tagged "weights" keep their bytes and addresses through gm_pool_sleep /
+ *                 gm_pool_wake, the others' memory too goes back to the device meanwhile, and
+ *                 allocation is refused; twice (the second reuses the pinned buffer)
  *   oom           allocate until the device is full, get GM_ERR_OUT_OF_MEMORY with its message,
  *                 recover, and go on
  */
@@ -164,6 +167,55 @@ static void vmm(gm_backend *be)
     CHECK_OK(gm_pool_destroy(p));
 }
 
+static size_t device_free_bytes(gm_backend *be)
+{
+    size_t fr = 0, total = 0;
+    REQUIRE_OK(be->ops->mem_info(be, &fr, &total));
+    return fr;
+}
+
+static void sleep_wake(gm_backend *be)
+{
+    gm_config cfg = {0};
+    cfg.segments = GM_SEGMENTS_VMM;
+    gm_pool *p = NULL;
+    REQUIRE_OK(gm_pool_create(be, &cfg, &p));
+    const size_t wsize[] = {80 * MiB, 3 * MiB, 4 * KiB};
+    void *w[3], *kv[2];
+    REQUIRE_OK(gm_tag_push("weights"));
+    for (int i = 0; i < 3; i++)
+        REQUIRE_OK(gm_alloc(p, wsize[i], NULL, &w[i]));
+    REQUIRE_OK(gm_tag_pop());
+    for (int i = 0; i < 2; i++)
+        REQUIRE_OK(gm_alloc(p, 64 * MiB, NULL, &kv[i]));
+    for (int i = 0; i < 3; i++)
+        fill(be, w[i], wsize[i], (unsigned char)(0x11 * (i + 1)));
+    for (int round = 0; round < 2; round++) {
+        gm_stats st;
+        CHECK_OK(gm_pool_stats(p, &st));
+        size_t reserved = st.reserved_bytes, free0 = device_free_bytes(be);
+        CHECK_OK(gm_pool_sleep(p, "weights"));
+        CHECK_GE_U(device_free_bytes(be) - free0, reserved);
+        CHECK_OK(gm_pool_stats(p, &st));
+        CHECK(st.asleep);
+        CHECK_EQ_U(st.reserved_bytes, 0);
+        void *x = NULL;
+        CHECK_STATUS(gm_alloc(p, MiB, NULL, &x), GM_ERR_ASLEEP);
+        CHECK_OK(gm_pool_check(p));
+        CHECK_OK(gm_pool_wake(p));
+        for (int i = 0; i < 3; i++)
+            CHECK(device_bytes_are((uintptr_t)w[i], wsize[i], (unsigned char)(0x11 * (i + 1))));
+        fill(be, kv[0], 64 * MiB, 0x42); /* the discarded blocks are mapped again */
+        CHECK(device_bytes_are((uintptr_t)kv[0], 64 * MiB, 0x42));
+        CHECK_OK(gm_pool_check(p));
+    }
+    for (int i = 0; i < 3; i++)
+        CHECK_OK(gm_free(p, w[i], NULL));
+    for (int i = 0; i < 2; i++)
+        CHECK_OK(gm_free(p, kv[i], NULL));
+    CHECK_OK(gm_pool_destroy(p));
+}
+
 static void out_of_memory(gm_backend *be)
 {
     gm_pool *p = NULL;
@@ -200,6 +252,7 @@ int main(void)
     random_run(be, GM_SEGMENTS_VMM, 8);
     cross_stream(be);
     vmm(be);
+    sleep_wake(be);
     out_of_memory(be);
     gm_backend_destroy(be);
     oracle_close();

@@ -142,6 +142,7 @@ static void cuda_destroy(gm_backend *b)
     }
     free(cb->imports);
     free(cb->exports);
+    cuda_host_destroy(cb);
     pthread_mutex_destroy(&cb->ipc_lock);
     cuda_drv.cuDevicePrimaryCtxRelease(cb->dev);
     free(cb);

@@ -189,3 +189,8 @@ gm_status cuda_driver_ready(void)
         return backend_set_error(cuda_loader.status, "%s", cuda_loader.message);
     return GM_OK;
 }
+
+gm_status host_calls_missing(const char *call)
+{
+    return backend_set_error(GM_ERR_UNSUPPORTED, "cuda: the driver lacks %s", call);
+}

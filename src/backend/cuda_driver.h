@@ -129,6 +129,9 @@ static_assert(sizeof(void *) == sizeof(void (*)(void)), "dlsym results fit funct
     X(cuMemHostAlloc, "cuMemHostAlloc", CUresult, (void **p, size_t size, unsigned flags),      \
       OPTIONAL)                                                                                 \
     X(cuMemFreeHost, "cuMemFreeHost", CUresult, (void *p), OPTIONAL)                            \
+    X(cuMemHostRegister, "cuMemHostRegister_v2", CUresult, (void *p, size_t size, unsigned flags), \
+      OPTIONAL)                                                                                 \
+    X(cuMemHostUnregister, "cuMemHostUnregister", CUresult, (void *p), OPTIONAL)                \
     X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", CUresult,                                      \
       (void *dst, CUdeviceptr src, size_t n, CUstream s), OPTIONAL)                             \
     X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", CUresult,                                      \
@@ -223,12 +226,14 @@ typedef struct cuda_backend {
     int ordinal;
     CUcontext ctx; /* the device's primary context, retained */
     bool posix_fd; /* VMM allocations are created exportable as POSIX file descriptors */
-    pthread_mutex_t ipc_lock; /* exports and imports */
+    pthread_mutex_t ipc_lock; /* exports and imports; the pinned host buffers */
     cuda_export *exports;
     size_t export_count, export_cap;
     uint64_t export_serial;
     cuda_import *imports;
     size_t import_count, import_cap;
+    struct cuda_pinned *pinned; /* host buffers pinned by cuMemHostRegister (cuda_host.c) */
+    size_t pinned_count, pinned_cap;
 } cuda_backend;
 
 
@@ -298,6 +303,9 @@ static inline gm_status cuda_call_end(gm_backend *b, const cuda_call *c, gm_call
     return r == CUDA_SUCCESS ? GM_OK : cuda_failed(r, call);
 }
 
+/* The optional host-memory entry point `call` is missing: GM_ERR_UNSUPPORTED, said. */
+gm_status host_calls_missing(const char *call);
+
 /* --- cuda_mem.c: methods -------------------------------------------------------------------- */
 
 gm_status cuda_mem_alloc(gm_backend *b, size_t size, uintptr_t *out);
@@ -309,8 +317,10 @@ gm_status cuda_phys_release(gm_backend *b, gm_phys phys);
 gm_status cuda_map(gm_backend *b, uintptr_t addr, size_t size, gm_phys phys);
 gm_status cuda_unmap(gm_backend *b, uintptr_t addr, size_t size);
 gm_status cuda_copy(gm_backend *b, uintptr_t dst, uintptr_t src, size_t size, gm_stream s);
+/* cuda_host.c: pinned host memory */
 gm_status cuda_host_alloc(gm_backend *b, size_t size, void **out);
 gm_status cuda_host_free(gm_backend *b, void *ptr);
+void cuda_host_destroy(cuda_backend *cb); /* buffers still pinned: unpinned and unmapped */
 gm_status cuda_copy_dtoh(gm_backend *b, void *dst, uintptr_t src, size_t size,
                          gm_stream s);
 gm_status cuda_copy_htod(gm_backend *b, uintptr_t dst, const void *src, size_t size,

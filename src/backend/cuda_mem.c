@@ -1,6 +1,6 @@
 /*
  * The `cuda` backend's device calls (cuda_driver.h): segments, VMM, device copies, pinned host
- * memory and its copies, events, streams, free memory. Each is one driver call (map: two) in the
+ * memory's copies (cuda_host.c pins it), events, streams, free memory. Each is one driver call (map: two) in the
  * method frame: counted and timed, the context pushed only when the caller has another.
  */
 #include "cuda_driver.h"
@@ -139,46 +139,9 @@ gm_status cuda_copy(gm_backend *b, uintptr_t dst, uintptr_t src, size_t size, gm
     return st;
 }
 
-/* --- Pinned host memory and copies to and from it (gm_pool_sleep / gm_pool_wake) -------------
+/* --- Copies to and from pinned host memory (gm_pool_sleep / gm_pool_wake; cuda_host.c pins it)
  * Optional entry points: a driver without them gives GM_ERR_UNSUPPORTED here, nothing else
  * changes. */
-static gm_status host_calls_missing(const char *call)
-{
-    return backend_set_error(GM_ERR_UNSUPPORTED, "cuda: the driver lacks %s", call);
-}
-
-/* CU_MEMHOSTALLOC_PORTABLE: the memory is pinned for every context, not only this device's. */
-enum { CU_MEMHOSTALLOC_PORTABLE_ = 0x01 };
-
-gm_status cuda_host_alloc(gm_backend *b, size_t size, void **out)
-{
-    if (!cuda_drv.cuMemHostAlloc)
-        return host_calls_missing("cuMemHostAlloc");
-    cuda_call c;
-    gm_status st = cuda_call_begin(b, NULL, &c);
-    if (st != GM_OK)
-        return st;
-    void *p = NULL;
-    CUresult r = cuda_drv.cuMemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE_);
-    st = cuda_call_end(b, &c, GM_CALL_HOST_ALLOC, r, "cuMemHostAlloc");
-    if (r == CUDA_ERROR_OUT_OF_MEMORY)
-        return GM_ERR_HOST_MEMORY; /* pinned host memory, not the device's */
-    if (st == GM_OK)
-        *out = p;
-    return st;
-}
-
-gm_status cuda_host_free(gm_backend *b, void *ptr)
-{
-    if (!cuda_drv.cuMemFreeHost)
-        return host_calls_missing("cuMemFreeHost");
-    cuda_call c;
-    gm_status st = cuda_call_begin(b, NULL, &c);
-    return st != GM_OK ? st
-                       : cuda_call_end(b, &c, GM_CALL_HOST_FREE, cuda_drv.cuMemFreeHost(ptr),
-                                       "cuMemFreeHost");
-}
-
 gm_status cuda_copy_dtoh(gm_backend *b, void *dst, uintptr_t src, size_t size, gm_stream s)
 {
     if (!cuda_drv.cuMemcpyDtoHAsync)

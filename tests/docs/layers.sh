@@ -51,6 +51,7 @@ debug 6
 lock 6
 cuda 9
 cuda_mem 8.6
+cuda_host 8.6
 cuda_ipc 8.6
 cuda_driver 8.3
 sim 9
@@ -154,7 +155,7 @@ segment_parts.h segment_alias
 PRIVATE='
 segment_parts.h segment segment_vmm segment_alias segment_census
 sim_model.h sim sim_vmm sim_host sim_model
-cuda_driver.h cuda cuda_mem cuda_ipc cuda_driver
+cuda_driver.h cuda cuda_mem cuda_host cuda_ipc cuda_driver
 '
 # The pool's parts (gm_pool in types.h; `pool->NAME`): the part, its owner, and the other files
 # that touch it ("*": every file: every layer counts). A header counts as the file of its name.
