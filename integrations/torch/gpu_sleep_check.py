@@ -260,6 +260,22 @@ def child(args):
             out["reserved_while_asleep"] = torch.cuda.memory_reserved()
             out["graph_pools_reserved_bytes"] = st["graph_pools_reserved_bytes"]
             out["allocated_while_asleep"] = torch.cuda.memory_allocated()
+            # PyTorch's snapshot while asleep: every kept tensor still an allocated block there
+            live = set()
+            snap_bytes = 0
+            for seg in torch.cuda.memory_snapshot():
+                a = seg["address"]
+                for b in seg["blocks"]:
+                    if b["state"] == "active_allocated":
+                        live.add(a)
+                        snap_bytes += b["size"]
+                    a += b["size"]
+            kept = [p.data_ptr() for p in model.parameters()] + [
+                t.data_ptr() for st_ in opt.state.values() for t in st_.values()
+                if torch.is_tensor(t) and t.is_cuda]
+            out["snapshot_asleep_kept_found"] = sum(k in live for k in kept)
+            out["snapshot_asleep_kept"] = len(kept)
+            out["snapshot_asleep_allocated_bytes"] = snap_bytes
         else:
             out["saved_bytes"] = out["state_bytes"]
         # The inference engine: needs more than was free before the sleep.
@@ -375,6 +391,8 @@ def main():
         checks["reserved_asleep_only_graphs"] = (
             g["reserved_while_asleep"] <= g["graph_pools_reserved_bytes"])
         checks["allocated_kept_asleep"] = g["allocated_while_asleep"] > 0
+        checks["snapshot_asleep_lists_kept_tensors"] = (
+            g["snapshot_asleep_kept_found"] == g["snapshot_asleep_kept"] > 0)
         # 1.2 x the copies' time plus 50 ms per 10 GiB given back without a copy (the pool also
         # gives back the memory it discards); bench/bench_sleep checks the copies alone
         checks["sleep_wake_within_budget"] = g["sleep2_s"] + g["wake2_s"] <= g["budget_reused_s"]
@@ -387,7 +405,8 @@ def main():
     if "losses_hex" in t and "losses_hex" in res.get("tms_nosleep", {}):
         checks["tms_losses_bit_identical"] = t["losses_hex"] == res["tms_nosleep"]["losses_hex"]
     required = ("losses_bit_identical", "graph_replays_same", "memory_given_back",
-                "infer_needed_the_sleep", "reserved_asleep_only_graphs", "allocated_kept_asleep")
+                "infer_needed_the_sleep", "reserved_asleep_only_graphs", "allocated_kept_asleep",
+                "snapshot_asleep_lists_kept_tensors")
     ok = all(checks.get(k) for k in required)
     summary = {"ok": ok, "checks": checks}
     for m in ("gpumem", "tms"):
@@ -400,7 +419,8 @@ def main():
             "nosave_wake_ms_per_10GiB", "nosave_kv_reserved_bytes", "nosave_kv_sleep_ms_per_10GiB",
             "nosave_kv_wake_ms_per_10GiB", "calls", "calls2", "nosave_calls", "nosave_kv_calls",
             "trainer_bytes", "infer_need_bytes", "graph_same",
-            "reserved_while_asleep", "graph_pools_reserved_bytes",
+            "reserved_while_asleep", "graph_pools_reserved_bytes", "allocated_while_asleep",
+            "snapshot_asleep_kept_found", "snapshot_asleep_kept", "snapshot_asleep_allocated_bytes",
             "skipped", "failed", "stderr_tail") if r.get(k) is not None}
     summary["device"] = g.get("device")
     print(json.dumps(summary), flush=True)
