@@ -104,6 +104,12 @@ static bool pin_registered(cuda_backend *cb, size_t size, void **out)
         return false;
     char *p = (char *)(((uintptr_t)map + PIN_HUGE - 1) & ~(uintptr_t)(PIN_HUGE - 1));
     (void)madvise(p, n, MADV_HUGEPAGE); /* a hint: without huge pages it is slower, not wrong */
+    /* A forked child (a data loader's worker) gets no copy: copy-on-write after a fork could
+     * leave this process's view and the pinned pages the device writes apart. */
+    if (madvise(p, n, MADV_DONTFORK) != 0) {
+        munmap(map, len);
+        return false;
+    }
     pthread_mutex_lock(&cb->ipc_lock);
     bool room = gm_host_grow((void **)&cb->pinned, &cb->pinned_cap, cb->pinned_count + 1,
                              sizeof *cb->pinned, 4);
