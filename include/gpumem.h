@@ -575,8 +575,20 @@ GM_API const char *gm_tag_current(void);
  * lost. O(blocks + pages). Thread-safe; no other call on the pool may run meanwhile. */
 GM_API gm_status gm_pool_sleep(gm_pool *pool, const char *offload_tags);
 
-/* Map new physical pages under every live block at its address, copy the saved contents back,
- * free the host copies; the pool serves allocations again. Fails: GM_ERR_INVALID_ARGUMENT (pool
+/* Pin now the host buffer that gm_pool_sleep(pool, offload_tags) would pin: as many bytes as the
+ * live blocks of those tags hold (the same tag list), so that the sleep only copies. Pinning
+ * costs more than the copies (docs/sleep.md), and a program knows what it will keep long before
+ * it sleeps: call it once the blocks to keep are allocated (a model's weights, its optimizer
+ * state). The buffer serves every later sleep it is large enough for (a larger need pins a
+ * larger one then); gm_trim leaves it; a tag list that keeps no live block frees it ("").
+ * Fails: GM_ERR_INVALID_ARGUMENT (pool NULL, a bad tag list), GM_ERR_ASLEEP, GM_ERR_UNSUPPORTED
+ * (plain segments), GM_ERR_HOST_MEMORY (no pinned host memory), GM_ERR_BACKEND; the pool is as
+ * it was. O(blocks). Thread-safe. */
+GM_API gm_status gm_pool_sleep_prepare(gm_pool *pool, const char *offload_tags);
+
+/* Map new physical pages under every live block at its address, copy the saved contents back
+ * (the pinned host buffer stays for the next sleep: gm_pool_sleep_prepare); the pool serves
+ * allocations again. Fails: GM_ERR_INVALID_ARGUMENT (pool
  * NULL, or the pool is awake), GM_ERR_OUT_OF_MEMORY (the device cannot give the memory back
  * now: another program holds it), GM_ERR_BACKEND, GM_ERR_HOST_MEMORY; the pool then stays
  * asleep with its host copies, having given back what this call mapped (or holding it, counted,

@@ -17,7 +17,8 @@
  *                  -> new runs under every page a live block uses (vmm_map_used_locked)
  *                  -> the saved contents of blocks still live copied back, streams synchronized
  *                     (any failure: every run released again, the pool asleep with its copies,
- *                     the call may be retried) -> the host buffer freed -> awake.
+ *                     the call may be retried) -> awake (the host buffer kept for the next
+ *                     sleep; gm_pool_sleep_prepare pins it ahead, or frees it).
  *
  * Contents saved are never lost: the host buffer goes only after the copies back completed.
  * Beside the pool (the defragmentation's layer): it calls the caches, the segments and the
@@ -55,7 +56,7 @@ static bool tag_set_has(const tag_set *t, unsigned id)
 
 /* "*" or NULL: all; "": none; else tag names separated by commas (spaces around them allowed).
  * A name no block has is accepted (it keeps nothing). */
-static gm_status tag_set_parse(gm_pool *pool, const char *text, tag_set *out)
+static gm_status tag_set_parse(gm_pool *pool, const char *who, const char *text, tag_set *out)
 {
     memset(out, 0, sizeof *out);
     if (!text || strcmp(text, "*") == 0) {
@@ -76,7 +77,7 @@ static gm_status tag_set_parse(gm_pool *pool, const char *text, tag_set *out)
             const char *why = NULL;
             if (tag_lookup(p, (size_t)(end - p), false, &id, &why) != GM_OK)
                 return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
-                                        "gm_pool_sleep: offload tags \"%s\": \"%.*s\": %s", text,
+                                        "%s: offload tags \"%s\": \"%.*s\": %s", who, text,
                                         (int)(end - p), p, why);
             if (id <= GM_TAG_MAX)
                 out->bits[id / 8] |= (uint8_t)(1u << (id % 8));
@@ -183,48 +184,61 @@ static gm_status release_all_locked(gm_pool *pool)
     return first;
 }
 
-/* Save the contents of every live block of `keep` to one pinned host buffer: the last sleep's
- * if it is large enough (pinning host memory costs about as much as copying it several times
- * over, and a program that alternates phases saves the same bytes each time), else a new one;
- * copies on each block's stream, then those streams synchronized. On failure no block is
- * saved (the buffer stays for the next sleep). */
+/* The pinned host buffer holds at least `bytes`: the one kept from before if it is large enough
+ * (pinning host memory costs more than copying it several times over, and a program that
+ * alternates phases saves the same bytes each time), else a new one. On failure the buffer
+ * kept stays if it can, and the message names `who`. */
+static gm_status host_buffer_ensure_locked(gm_pool *pool, size_t bytes, const char *who)
+{
+    pool_sleep *z = &pool->sleep;
+    if (z->host && z->host_bytes >= bytes)
+        return GM_OK;
+    gm_status st = z->host ? host_buffer_free_locked(pool) : GM_OK;
+    if (st != GM_OK)
+        return pool_fail_locked(pool, st, "%s: the pinned host buffer of the last sleep is too "
+                                "small and cannot be freed (%s); the pool is as it was", who,
+                                gm_backend_last_error());
+    gm_backend *be = pool->backend;
+    void *host = NULL;
+    st = DEVICE_CALL(pool, GM_CALL_HOST_ALLOC, be->ops->host_alloc(be, bytes, &host));
+    if (st != GM_OK) {
+        char b[32];
+        pool_format_bytes(b, sizeof b, bytes);
+        return pool_fail_locked(pool, st, "%s: no pinned host memory for %s of saved contents "
+                                "(%s); the pool is as it was", who, b, gm_backend_last_error());
+    }
+    z->host = host;
+    z->host_bytes = bytes;
+    return GM_OK;
+}
+
+/* The live blocks of `keep`: how many, and the bytes their contents take in the host buffer. */
+static size_t kept_blocks(gm_pool *pool, const tag_set *keep, size_t *bytes)
+{
+    size_t count = 0;
+    *bytes = 0;
+    FOR_LIVE_BLOCKS(pool, b)
+        if (tag_set_has(keep, b->tag_id)) {
+            count++;
+            *bytes += round_up(b->requested, BLOCK_ALIGN);
+        }
+    return count;
+}
+
+/* Save the contents of every live block of `keep` to the pinned host buffer
+ * (host_buffer_ensure_locked); copies on each block's stream, then those streams synchronized.
+ * On failure no block is saved (the buffer stays for the next sleep). */
 static gm_status save_locked(gm_pool *pool, const tag_set *keep, const stream_list *streams)
 {
     pool_sleep *z = &pool->sleep;
     gm_backend *be = pool->backend;
-    size_t count = 0, bytes = 0;
-    FOR_LIVE_BLOCKS(pool, b)
-        if (tag_set_has(keep, b->tag_id)) {
-            count++;
-            bytes += round_up(b->requested, BLOCK_ALIGN);
-        }
+    size_t bytes = 0, count = kept_blocks(pool, keep, &bytes);
     if (!count)
         return GM_OK;
+    gm_status st = host_buffer_ensure_locked(pool, bytes, "gm_pool_sleep");
+    if (st != GM_OK)
+        return st;
     z->saved = gm_host_calloc(count, sizeof *z->saved);
-    if (!z->saved)
-        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
-                                "gm_pool_sleep: host memory exhausted (%zu saved blocks)", count);
-    gm_status st = GM_OK;
-    if (z->host && z->host_bytes < bytes && (st = host_buffer_free_locked(pool)) != GM_OK)
-        return pool_fail_locked(pool, st, "gm_pool_sleep: the pinned host buffer of the last "
-                                "sleep is too small and cannot be freed (%s); the pool is as it "
-                                "was", gm_backend_last_error());
-    if (!z->host) {
-        void *host = NULL;
-        st = DEVICE_CALL(pool, GM_CALL_HOST_ALLOC, be->ops->host_alloc(be, bytes, &host));
-        if (st != GM_OK) {
-            saved_drop(z);
-            char b[32];
-            pool_format_bytes(b, sizeof b, bytes);
-            return pool_fail_locked(pool, st, "gm_pool_sleep: no pinned host memory for %s of "
-                                    "saved contents (%s); the pool is as it was", b,
-                                    gm_backend_last_error());
-        }
-        z->host = host;
-        z->host_bytes = bytes;
-    }
-    if (!z->saved) /* host_buffer_free_locked dropped it: again */
-        z->saved = gm_host_calloc(count, sizeof *z->saved);
     if (!z->saved)
         return pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
                                 "gm_pool_sleep: host memory exhausted (%zu saved blocks)", count);
@@ -252,31 +266,55 @@ static gm_status save_locked(gm_pool *pool, const tag_set *keep, const stream_li
     return GM_OK;
 }
 
+/* Asleep already, or plain segments: the refusal (named after `who`), else GM_OK. */
+static gm_status sleep_refused_locked(gm_pool *pool, const char *who)
+{
+    if (pool->sleep.asleep)
+        return pool_fail_locked(pool, GM_ERR_ASLEEP, "%s: the pool is asleep already; "
+                                "gm_pool_wake first", who);
+    if (pool->cfg.segments != GM_SEGMENTS_VMM)
+        return pool_fail_locked(pool, GM_ERR_UNSUPPORTED, "%s: the pool's segments are plain "
+                                "(cudaMalloc), whose addresses cannot be kept once their memory "
+                                "is given back; create the pool with segments=vmm (or auto, on "
+                                "a device with VMM support)", who);
+    return GM_OK;
+}
+
+gm_status gm_pool_sleep_prepare(gm_pool *pool, const char *offload_tags)
+{
+    if (!pool)
+        return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_sleep_prepare", "pool is NULL");
+    gm_mutex_lock(&pool->lock);
+    tag_set keep;
+    gm_status st = sleep_refused_locked(pool, "gm_pool_sleep_prepare");
+    if (st == GM_OK)
+        st = tag_set_parse(pool, "gm_pool_sleep_prepare", offload_tags, &keep);
+    if (st != GM_OK)
+        return pool_unlock(pool, st);
+    size_t bytes = 0;
+    if (kept_blocks(pool, &keep, &bytes))
+        st = host_buffer_ensure_locked(pool, bytes, "gm_pool_sleep_prepare");
+    else if (host_buffer_free_locked(pool) != GM_OK) /* nothing to keep: no buffer */
+        st = pool_fail_locked(pool, GM_ERR_BACKEND, "gm_pool_sleep_prepare: the pinned host "
+                              "buffer cannot be freed: %s", gm_backend_last_error());
+    return pool_unlock(pool, st);
+}
+
 gm_status gm_pool_sleep(gm_pool *pool, const char *offload_tags)
 {
     if (!pool)
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_pool_sleep", "pool is NULL");
     gm_mutex_lock(&pool->lock);
     pool_sleep *z = &pool->sleep;
-    if (z->asleep)
-        return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_ASLEEP,
-                                                  "gm_pool_sleep: the pool is asleep already; "
-                                                  "gm_pool_wake first"));
-    if (pool->cfg.segments != GM_SEGMENTS_VMM)
-        return pool_unlock(pool, pool_fail_locked(
-                                     pool, GM_ERR_UNSUPPORTED,
-                                     "gm_pool_sleep: the pool's segments are plain (cudaMalloc), "
-                                     "whose addresses cannot be kept once their memory is given "
-                                     "back; create the pool with segments=vmm (or auto, on a "
-                                     "device with VMM support)"));
-    if (pool->share.export_count)
-        return pool_unlock(pool, pool_fail_locked(
-                                     pool, GM_ERR_UNSUPPORTED,
-                                     "gm_pool_sleep: %zu IPC exports are outstanding: other "
-                                     "processes map that memory; gm_ipc_release them first",
-                                     pool->share.export_count));
+    gm_status st = sleep_refused_locked(pool, "gm_pool_sleep");
+    if (st == GM_OK && pool->share.export_count)
+        st = pool_fail_locked(pool, GM_ERR_UNSUPPORTED, "gm_pool_sleep: %zu IPC exports are "
+                              "outstanding: other processes map that memory; gm_ipc_release "
+                              "them first", pool->share.export_count);
+    if (st != GM_OK)
+        return pool_unlock(pool, st);
     tag_set keep;
-    gm_status st = tag_set_parse(pool, offload_tags, &keep);
+    st = tag_set_parse(pool, "gm_pool_sleep", offload_tags, &keep);
     if (st != GM_OK)
         return pool_unlock(pool, st);
     /* Every cache empty and every pending free finished, so that only live blocks hold pages. */
@@ -384,12 +422,6 @@ gm_status gm_pool_wake(gm_pool *pool)
 
 gm_status sleep_trim_locked(gm_pool *pool)
 {
-    if (!pool->sleep.asleep) /* awake: the pinned buffer kept for the next sleep goes */
-        return host_buffer_free_locked(pool) == GM_OK
-                   ? GM_OK
-                   : pool_fail_locked(pool, GM_ERR_BACKEND, "gm_trim: the pinned host buffer of "
-                                      "the last sleep cannot be freed: %s",
-                                      gm_backend_last_error());
     gm_status st = release_all_locked(pool);
     if (st != GM_OK)
         pool_fail_locked(pool, st, "gm_trim: the pool is asleep and the device still refuses "

@@ -6,8 +6,7 @@
 
 #include "types.h"
 
-/* gm_trim: on a sleeping pool release again what the sleep could not give back; on an awake one
- * free the pinned host buffer the last sleep kept for the next. */
+/* gm_trim on a sleeping pool: release again what the sleep could not give back. */
 gm_status sleep_trim_locked(gm_pool *pool);
 /* At destruction: free the host copies (the pool lock held). Returns the releases that failed. */
 uint64_t sleep_fini_locked(gm_pool *pool);

@@ -254,7 +254,10 @@ static void test_cycle(int unmap_thread, unsigned run_pages)
     CHECK_OK(gm_pool_sleep(p, "*")); /* fits the kept buffer: no new pinning */
     CHECK_EQ_U(host_calls(be, GM_CALL_HOST_ALLOC), 2);
     CHECK_OK(gm_pool_wake(p));
-    CHECK_OK(gm_trim(p, 0)); /* awake: the kept buffer goes */
+    size_t kept = stats_of(p).sleep_host_bytes;
+    CHECK_OK(gm_trim(p, 0)); /* device memory only: the kept buffer stays */
+    CHECK_EQ_U(stats_of(p).sleep_host_bytes, kept);
+    CHECK_OK(gm_pool_sleep_prepare(p, "")); /* keeping nothing: it goes */
     CHECK_EQ_U(stats_of(p).sleep_host_bytes, 0);
     CHECK_EQ_U(host_calls(be, GM_CALL_HOST_ALLOC), host_calls(be, GM_CALL_HOST_FREE));
     for (size_t i = 0; i < N; i++)
@@ -270,6 +273,58 @@ static void test_cycle(int unmap_thread, unsigned run_pages)
     CHECK_EQ_U(stats_of(p).sleeps, 4);
     CHECK_OK(gm_pool_destroy_force(p));
     CHECK_EQ_U(sim_free(be), total);
+    gm_backend_destroy(be);
+}
+
+/* gm_pool_sleep_prepare pins ahead what a sleep keeping those tags would pin, so that the sleep
+ * pins nothing; the buffer serves later sleeps, grows when they need more, survives gm_trim and
+ * goes with a list that keeps nothing. Refusals change nothing. */
+static void test_prepare(void)
+{
+    gm_backend *be = sim_small(0);
+    gm_config c = vmm_config();
+    gm_pool *p = pool_new(be, &c);
+    void *w = alloc_tagged(p, "weights", 3 * MiB, NULL);
+    void *o = alloc_tagged(p, "optimizer", 5 * MiB + 1000, NULL);
+    void *kv = alloc_tagged(p, "kv_cache", 8 * MiB, NULL);
+    fill(be, w, 3 * MiB, 7);
+    CHECK_STATUS(gm_pool_sleep_prepare(NULL, "weights"), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_pool_sleep_prepare(p, "weights,kv cache"), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(p), "gm_pool_sleep_prepare: offload tags");
+    CHECK_EQ_U(host_calls(be, GM_CALL_HOST_ALLOC), 0);
+    CHECK_OK(gm_pool_sleep_prepare(p, "weights,optimizer"));
+    size_t need = 3 * MiB + (5 * MiB + 1000 + GM_ALIGNMENT - 1) / GM_ALIGNMENT * GM_ALIGNMENT;
+    CHECK_EQ_U(stats_of(p).sleep_host_bytes, need);
+    CHECK_EQ_U(host_calls(be, GM_CALL_HOST_ALLOC), 1);
+    CHECK_OK(gm_pool_sleep_prepare(p, "weights")); /* less: the buffer stays as it is */
+    CHECK_EQ_U(stats_of(p).sleep_host_bytes, need);
+    CHECK_OK(gm_trim(p, 0));
+    CHECK_EQ_U(stats_of(p).sleep_host_bytes, need);
+    CHECK_OK(gm_pool_sleep(p, "weights,optimizer")); /* copies only: no pinning */
+    CHECK_EQ_U(host_calls(be, GM_CALL_HOST_ALLOC), 1);
+    CHECK_EQ_U(stats_of(p).reserved_bytes, 0);
+    CHECK_STATUS(gm_pool_sleep_prepare(p, "weights"), GM_ERR_ASLEEP);
+    CHECK_OK(gm_pool_wake(p));
+    CHECK(intact(be, w, 3 * MiB, 7));
+    CHECK_OK(gm_pool_sleep_prepare(p, "*")); /* more: a larger buffer replaces it */
+    CHECK_EQ_U(stats_of(p).sleep_host_bytes, need + 8 * MiB);
+    CHECK_EQ_U(host_calls(be, GM_CALL_HOST_ALLOC), 2);
+    CHECK_EQ_U(host_calls(be, GM_CALL_HOST_FREE), 1);
+    CHECK_OK(gm_pool_sleep_prepare(p, "nobody")); /* keeps no live block: the buffer goes */
+    CHECK_EQ_U(stats_of(p).sleep_host_bytes, 0);
+    CHECK_EQ_U(host_calls(be, GM_CALL_HOST_FREE), 2);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_free(p, w, NULL));
+    CHECK_OK(gm_free(p, o, NULL));
+    CHECK_OK(gm_free(p, kv, NULL));
+    CHECK_OK(gm_pool_destroy(p));
+    gm_backend_destroy(be);
+
+    be = sim_small(0);
+    p = pool_new(be, NULL); /* plain segments */
+    CHECK_STATUS(gm_pool_sleep_prepare(p, "*"), GM_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(gm_last_error(p), "gm_pool_sleep_prepare: the pool's segments are plain");
+    CHECK_OK(gm_pool_destroy(p));
     gm_backend_destroy(be);
 }
 
@@ -485,5 +540,6 @@ int main(void)
     test_threads();
     test_fast_path();
     test_snapshot();
+    test_prepare();
     return check_summary();
 }

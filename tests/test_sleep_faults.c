@@ -13,7 +13,8 @@
  * the pool is awake with every block's bytes as they were, or asleep, and then a wake (retried
  * once the failures stop) brings every saved block back byte for byte at its address; the
  * blocks are freed and the pool destroyed, and the sim has all its memory back and no pinned
- * host memory left.
+ * host memory left. gm_pool_sleep_prepare's two device calls (pinning, and freeing a buffer too
+ * small) are failed too: the pool as it was, and a sleep then works.
  */
 #include "check.h"
 #include "gpumem_sim.h"
@@ -300,8 +301,50 @@ static void sweep(bool host, bool wake)
                     fault_kind_str((fault_kind)k));
 }
 
+static size_t host_bytes(fx *f)
+{
+    gm_stats s;
+    REQUIRE_OK(gm_pool_stats(f->pool, &s));
+    return s.sleep_host_bytes;
+}
+
+/* gm_pool_sleep_prepare's device calls failed: pinning (no buffer is kept), and freeing the
+ * buffer that is too small (it stays); the pool as it was each time, and a sleep then works. */
+static void prepare_faults(void)
+{
+    fx f;
+    setup(&f);
+    where_ = "prepare";
+    fault_backend_set(f.dev, 1, false); /* its host_alloc */
+    gm_status st = gm_pool_sleep_prepare(f.pool, "weights");
+    faults_off(&f);
+    CHECK(st != GM_OK);
+    check_failure(&f, st);
+    CHECK_STR_CONTAINS(gm_last_error(f.pool), "gm_pool_sleep_prepare: no pinned host memory");
+    CHECK_EQ_U(host_bytes(&f), 0);
+    check_pool(&f);
+    CHECK_OK(gm_pool_sleep_prepare(f.pool, "weights"));
+    size_t small = host_bytes(&f);
+    CHECK(small > 0);
+    fault_backend_set(f.dev, 1, false); /* the free of the smaller buffer */
+    st = gm_pool_sleep_prepare(f.pool, KEEP);
+    faults_off(&f);
+    CHECK(st != GM_OK);
+    check_failure(&f, st);
+    CHECK_STR_CONTAINS(gm_last_error(f.pool), "cannot be freed");
+    CHECK_EQ_U(host_bytes(&f), small);
+    check_pool(&f);
+    check_all(&f, false);
+    CHECK_OK(gm_pool_sleep_prepare(f.pool, KEEP));
+    CHECK_OK(gm_pool_sleep(f.pool, KEEP));
+    CHECK_OK(gm_pool_wake(f.pool));
+    check_all(&f, true);
+    finish(&f);
+}
+
 int main(void)
 {
+    prepare_faults();
     sweep(false, false);
     sweep(false, true);
     sweep(true, false);
