@@ -1457,6 +1457,14 @@ void sleep_all(const std::string& offload_tags) {
     }
 }
 
+// Pin ahead, in every pool a sleep would put to sleep, the host buffer that sleep(offload_tags)
+// would pin (gm_pool_sleep_prepare); the first failure raises.
+void sleep_prepare_all(const std::string& offload_tags) {
+    for (gm_pool* p : all_pools(false, false))
+        TORCH_CHECK(gm_pool_sleep_prepare(p, offload_tags.c_str()) == GM_OK,
+                    "gpumem.torch.sleep_prepare: ", gm_last_error(p));
+}
+
 void wake_all() {
     // Released private pools (a MemPool the other phase used) give their memory back first.
     std::string why = wake_pools(all_pools(true, true));
@@ -1519,6 +1527,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("device") = 0);
     m.def("version", [] { return std::string(gm_version()); });
     m.def("sleep", &gmt::sleep_all, py::arg("offload_tags") = "*");
+    m.def("sleep_prepare", &gmt::sleep_prepare_all, py::arg("offload_tags") = "*");
     m.def("wake", &gmt::wake_all);
     m.def("tag_push", &gmt::tag_push, py::arg("name"));
     m.def("tag_pop", &gmt::tag_pop);

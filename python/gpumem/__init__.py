@@ -144,6 +144,7 @@ def _load():
         "gm_pool_summary": (st, [vp, cp, sz]),
         "gm_pool_snapshot": (st, [vp, vp, vp]),
         "gm_pool_sleep": (st, [vp, cp]),
+        "gm_pool_sleep_prepare": (st, [vp, cp]),
         "gm_pool_wake": (st, [vp]),
         "gm_tag_push": (st, [cp]),
         "gm_tag_pop": (st, []),
@@ -376,6 +377,14 @@ class Pool:
         Needs VMM segments (conf "segments=vmm" or "auto"): UnsupportedError otherwise."""
         what = "gpumem.Pool.sleep"
         self._call(what, _lib.gm_pool_sleep, _offload_tags(offload, what).encode())
+
+    def sleep_prepare(self, offload=True):
+        """gm_pool_sleep_prepare: pin now the host buffer a sleep(offload) would pin (as many
+        bytes as the live blocks it would keep), so that the sleep only copies. Call it once
+        what is kept is allocated. It serves every later sleep it is large enough for; trim()
+        leaves it; an ``offload`` that keeps no live block (False) frees it."""
+        what = "gpumem.Pool.sleep_prepare"
+        self._call(what, _lib.gm_pool_sleep_prepare, _offload_tags(offload, what).encode())
 
     def wake(self):
         """gm_pool_wake: map pages under every live block again, at the same addresses, and copy

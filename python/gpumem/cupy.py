@@ -18,7 +18,7 @@ import os
 import gpumem
 
 __all__ = ["enable", "disable", "enabled", "stats", "summary", "snapshot", "trim", "trace_stop",
-           "sleep", "wake", "tag"]
+           "sleep", "sleep_prepare", "wake", "tag"]
 
 _state = {"allocator": None, "handle": None, "previous": None, "conf": None}
 
@@ -166,6 +166,14 @@ def sleep(offload=True, device=None):
     text = gpumem._offload_tags(offload, "gpumem.cupy.sleep").encode()
     p = _pool(device)
     gpumem._check(gpumem._lib.gm_pool_sleep(p, text), p)
+
+
+def sleep_prepare(offload=True, device=None):
+    """gm_pool_sleep_prepare on the device's pool: pin now the host buffer that sleep(offload)
+    would pin, so that the sleep only copies (gpumem.Pool.sleep_prepare)."""
+    text = gpumem._offload_tags(offload, "gpumem.cupy.sleep_prepare").encode()
+    p = _pool(device)
+    gpumem._check(gpumem._lib.gm_pool_sleep_prepare(p, text), p)
 
 
 def wake(device=None):

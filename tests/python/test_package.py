@@ -536,6 +536,32 @@ class SleepTests(unittest.TestCase):
             with self.assertRaises(gpumem.InvalidArgumentError):
                 pool.wake()  # not asleep
 
+    def test_sleep_prepare_pins_ahead(self):
+        with gpumem.Pool("sim", conf="segments=vmm") as pool:
+            with gpumem.tag("weights"):
+                w = pool.alloc(6 << 20)
+            kv = pool.alloc(4 << 20)
+            pool.sleep_prepare(offload=["weights"])
+            st = pool.stats()
+            self.assertEqual(st["sleep_host_bytes"], 6 << 20)
+            pinned = st["device_calls_by_kind"]["host_alloc"]
+            pool.trim()  # device memory only: the buffer stays
+            self.assertEqual(pool.stats()["sleep_host_bytes"], 6 << 20)
+            pool.sleep(offload=["weights"])
+            self.assertEqual(pool.stats()["device_calls_by_kind"]["host_alloc"], pinned)
+            with self.assertRaises(gpumem.AsleepError):
+                pool.sleep_prepare()
+            pool.wake()
+            with self.assertRaises(TypeError):
+                pool.sleep_prepare(offload=5)
+            pool.sleep_prepare(offload=False)  # keeps nothing: the buffer goes
+            self.assertEqual(pool.stats()["sleep_host_bytes"], 0)
+            pool.free(w)
+            pool.free(kv)
+        with gpumem.Pool("sim", conf="segments=plain") as pool:
+            with self.assertRaises(gpumem.UnsupportedError):
+                pool.sleep_prepare()
+
     def test_plain_segments_refuse_with_the_reason(self):
         with gpumem.Pool("sim", conf="segments=plain") as pool:
             with self.assertRaises(gpumem.UnsupportedError) as e:

@@ -22,8 +22,8 @@ import json
 import os
 
 __all__ = ["enable", "enabled", "build_info", "stats", "snapshot", "summary", "trim", "trace_stop",
-           "last_error", "sleep", "wake", "sleep_stats", "tag", "GpumemError", "DEFAULT_CONF",
-           "effective_conf"]
+           "last_error", "sleep", "sleep_prepare", "wake", "sleep_stats", "tag", "GpumemError",
+           "DEFAULT_CONF", "effective_conf"]
 
 # The backend's settings before the user's (docs/torch.md, "Which settings"): VMM segments where
 # the device has them, blocks placed on mapped pages first, no size cache, old mappings unmapped
@@ -222,6 +222,24 @@ def sleep(offload=True):
     _clear_blas_workspaces()
     try:
         C.sleep(tags)
+    except RuntimeError as e:
+        raise GpumemError(str(e)) from None
+
+
+def sleep_prepare(offload=True):
+    """Pin now, in every pool sleep(offload) would put to sleep, the host buffer that sleep
+    would pin: as many bytes as the tensors it would keep (gm_pool_sleep_prepare), so that the
+    sleep only copies. Pinning costs more than the copies (docs/sleep.md): call it once the
+    kept tensors exist (after the model and its optimizer state are built). The buffer serves
+    every later sleep it is large enough for and survives torch.cuda.empty_cache();
+    sleep_prepare(offload=False) frees it."""
+    tags = _offload_tags(offload)
+    C = _ext()
+    if not C.installed():
+        raise GpumemError("gpumem.torch.sleep_prepare: gpumem is not PyTorch's allocator in this "
+                          "process (gpumem.torch.enable() first)")
+    try:
+        C.sleep_prepare(tags)
     except RuntimeError as e:
         raise GpumemError(str(e)) from None
 
