@@ -292,9 +292,20 @@ gm_status gm_pool_sleep_prepare(gm_pool *pool, const char *offload_tags)
     if (st != GM_OK)
         return pool_unlock(pool, st);
     size_t bytes = 0;
-    if (kept_blocks(pool, &keep, &bytes))
+    bool any = kept_blocks(pool, &keep, &bytes) != 0;
+    if (pool->sleep.host && (!any || pool->sleep.host_bytes < bytes)) {
+        /* The buffer goes: a sleep whose synchronization failed may have left copies into it
+         * queued, so the streams are synchronized first (as the next sleep would). */
+        stream_list streams = {0};
+        st = used_streams_locked(pool, &streams);
+        if (st == GM_OK && (st = sync_list_locked(pool, &streams)) != GM_OK)
+            pool_fail_locked(pool, st, "gm_pool_sleep_prepare: the streams could not be "
+                             "synchronized (%s); the pool is as it was", gm_backend_last_error());
+        free(streams.v);
+    }
+    if (st == GM_OK && any)
         st = host_buffer_ensure_locked(pool, bytes, "gm_pool_sleep_prepare");
-    else if (host_buffer_free_locked(pool) != GM_OK) /* nothing to keep: no buffer */
+    else if (st == GM_OK && host_buffer_free_locked(pool) != GM_OK) /* nothing to keep */
         st = pool_fail_locked(pool, GM_ERR_BACKEND, "gm_pool_sleep_prepare: the pinned host "
                               "buffer cannot be freed: %s", gm_backend_last_error());
     return pool_unlock(pool, st);

@@ -13,8 +13,9 @@
  * the pool is awake with every block's bytes as they were, or asleep, and then a wake (retried
  * once the failures stop) brings every saved block back byte for byte at its address; the
  * blocks are freed and the pool destroyed, and the sim has all its memory back and no pinned
- * host memory left. gm_pool_sleep_prepare's two device calls (pinning, and freeing a buffer too
- * small) are failed too: the pool as it was, and a sleep then works.
+ * host memory left. gm_pool_sleep_prepare's device calls (pinning; replacing a buffer too
+ * small: synchronizing the streams, freeing it) are failed too: the pool as it was, and a sleep
+ * then works.
  */
 #include "check.h"
 #include "gpumem_sim.h"
@@ -308,8 +309,8 @@ static size_t host_bytes(fx *f)
     return s.sleep_host_bytes;
 }
 
-/* gm_pool_sleep_prepare's device calls failed: pinning (no buffer is kept), and freeing the
- * buffer that is too small (it stays); the pool as it was each time, and a sleep then works. */
+/* gm_pool_sleep_prepare's device calls failed: pinning (no buffer is kept), and replacing a
+ * buffer too small (it stays); the pool as it was each time, and a sleep then works. */
 static void prepare_faults(void)
 {
     fx f;
@@ -326,14 +327,22 @@ static void prepare_faults(void)
     CHECK_OK(gm_pool_sleep_prepare(f.pool, "weights"));
     size_t small = host_bytes(&f);
     CHECK(small > 0);
-    fault_backend_set(f.dev, 1, false); /* the free of the smaller buffer */
-    st = gm_pool_sleep_prepare(f.pool, KEEP);
-    faults_off(&f);
-    CHECK(st != GM_OK);
-    check_failure(&f, st);
-    CHECK_STR_CONTAINS(gm_last_error(f.pool), "cannot be freed");
-    CHECK_EQ_U(host_bytes(&f), small);
-    check_pool(&f);
+    /* A larger need: the streams synchronized, the smaller buffer freed, a larger one pinned;
+     * the first two failed here (the third as above). */
+    const fault_kind fail[2] = {FAULT_STREAM_SYNC, FAULT_HOST_FREE};
+    const char *const said[2] = {"could not be synchronized", "cannot be freed"};
+    for (int i = 0; i < 2; i++) {
+        fault_backend_kinds(f.dev, FAULT_BIT(fail[i]));
+        fault_backend_set(f.dev, 1, false);
+        st = gm_pool_sleep_prepare(f.pool, KEEP);
+        fault_backend_kinds(f.dev, FAULT_ALL);
+        faults_off(&f);
+        CHECK(st != GM_OK);
+        check_failure(&f, st);
+        CHECK_STR_CONTAINS(gm_last_error(f.pool), said[i]);
+        CHECK_EQ_U(host_bytes(&f), small);
+        check_pool(&f);
+    }
     check_all(&f, false);
     CHECK_OK(gm_pool_sleep_prepare(f.pool, KEEP));
     CHECK_OK(gm_pool_sleep(f.pool, KEEP));
