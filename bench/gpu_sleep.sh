@@ -2,7 +2,8 @@
 # On the GPU machine: issue 34's checks in one call (docs/sleep.md). Installs the package into
 # the Python that has torch; builds torch_memory_saver (the anchor) from its source when
 # TMS_SRC names a checkout of it (the GPU machine has no network: carry it there); then the
-# RL-like check beside it (integrations/torch/gpu_sleep_check.py, every mode), CuPy's sleep and
+# RL-like check beside it (integrations/torch/gpu_sleep_check.py, every mode; gpumem's once more
+# with its host buffer pinned ahead, --prepare), CuPy's sleep and
 # wake (bench/gpu_cupy_sleep.py) and the backend's graph and memory-tool checks
 # (gpu_check_backend.py), and the library's own sleep and wake against the copy bandwidth
 # (bench/bench_sleep, built in OUT_DIR/build). Logs and JSON in OUT_DIR; a summary on stdout.
@@ -28,6 +29,15 @@ if [ -n "${TMS_SRC:-}" ]; then
 fi
 "$PY" "$ROOT/integrations/torch/gpu_sleep_check.py" >"$OUT/sleep.json" 2>"$OUT/sleep.log"
 echo "sleep check: rc=$? $(tail -c 600 "$OUT/sleep.json")"
+# The same gpumem run with its host buffer pinned ahead (gpumem.torch.sleep_prepare): the first
+# sleep then only copies; prepare_s is the pinning moved out of it.
+CUBLAS_WORKSPACE_CONFIG=:4096:8 "$PY" "$ROOT/integrations/torch/gpu_sleep_check.py" --mode gpumem \
+    --prepare >"$OUT/sleep_prepare.out" 2>"$OUT/sleep_prepare.log"
+echo "sleep check, prepared: rc=$? $(grep '^RESULT' "$OUT/sleep_prepare.out" | "$PY" -c '
+import json, sys
+d = json.loads(sys.stdin.read()[7:])
+print({k: d.get(k) for k in ("prepare_s", "sleep_s", "wake_s", "sleep2_s", "wake2_s",
+                             "budget_first_s", "ideal_copy_s")})' 2>&1)"
 "$PY" "$ROOT/bench/gpu_cupy_sleep.py" >"$OUT/cupy_sleep.log" 2>&1
 echo "cupy sleep: rc=$? $(tail -2 "$OUT/cupy_sleep.log" | tr '\n' ' ')"
 "$PY" "$ROOT/integrations/torch/gpu_check_backend.py" --json "$OUT/check.json" >"$OUT/check.log" 2>&1
