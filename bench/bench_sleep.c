@@ -134,7 +134,7 @@ static void print_calls(const char *what, const gm_stats *a, const gm_stats *b)
 
 /* Pinning host memory, the first sleep's cost: cuMemHostAlloc against anonymous memory
  * (transparent huge pages asked for or not, faulted in by `threads` threads first or not)
- * registered with cuMemHostRegister. ms. */
+ * registered with cuMemHostRegister; one line with the time and the copy bandwidth into it. */
 typedef struct {
     char *p;
     size_t n;
@@ -148,7 +148,7 @@ static void *touch(void *v)
     return NULL;
 }
 
-static double pin_ms(size_t bytes, bool mapped, bool huge, int threads)
+static void pin_ms(size_t bytes, bool mapped, bool huge, int threads)
 {
     double t0 = now_ns();
     void *p = NULL;
@@ -192,7 +192,6 @@ static double pin_ms(size_t bytes, bool mapped, bool huge, int threads)
            : huge  ? (threads ? "mmap+THP+touch(8)+register" : "mmap+THP+register")
                    : (threads ? "mmap+touch(8)+register" : "mmap+register"),
            (t1 - t0) / 1e6, (double)bytes / (t3 - t2));
-    return (t1 - t0) / 1e6;
 }
 
 typedef struct {

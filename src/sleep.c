@@ -117,7 +117,7 @@ static bool stream_list_add(stream_list *l, gm_stream s)
     return true;
 }
 
-static gm_status used_streams_locked(gm_pool *pool, stream_list *l)
+static gm_status used_streams_locked(gm_pool *pool, stream_list *l, const char *who)
 {
     bool ok = true;
     for (size_t h = 0; h < pool->heap_count; h++)
@@ -127,7 +127,7 @@ static gm_status used_streams_locked(gm_pool *pool, stream_list *l)
             ok &= stream_list_add(l, b->extra_streams[i]);
     return ok ? GM_OK
               : pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
-                                 "gm_pool_sleep: host memory exhausted (stream list)");
+                                 "%s: host memory exhausted (stream list)", who);
 }
 
 static gm_status sync_list_locked(gm_pool *pool, const stream_list *l)
@@ -297,7 +297,7 @@ gm_status gm_pool_sleep_prepare(gm_pool *pool, const char *offload_tags)
         /* The buffer goes: a sleep whose synchronization failed may have left copies into it
          * queued, so the streams are synchronized first (as the next sleep would). */
         stream_list streams = {0};
-        st = used_streams_locked(pool, &streams);
+        st = used_streams_locked(pool, &streams, "gm_pool_sleep_prepare");
         if (st == GM_OK && (st = sync_list_locked(pool, &streams)) != GM_OK)
             pool_fail_locked(pool, st, "gm_pool_sleep_prepare: the streams could not be "
                              "synchronized (%s); the pool is as it was", gm_backend_last_error());
@@ -332,7 +332,7 @@ gm_status gm_pool_sleep(gm_pool *pool, const char *offload_tags)
     st = drain_locked(pool);
     stream_list streams = {0};
     if (st == GM_OK)
-        st = used_streams_locked(pool, &streams);
+        st = used_streams_locked(pool, &streams, "gm_pool_sleep");
     if (st == GM_OK)
         st = sync_list_locked(pool, &streams);
     if (st == GM_OK && vmm_aliases_any(pool)) /* old mappings of recycled runs: unmapped now */

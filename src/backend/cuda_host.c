@@ -91,6 +91,14 @@ static size_t host_available(void)
     return (size_t)kb * 1024;
 }
 
+/* Put buffer `pin` on the list of registered ones (its room was made when it was pinned). */
+static void pinned_put(cuda_backend *cb, cuda_pinned pin)
+{
+    pthread_mutex_lock(&cb->ipc_lock);
+    cb->pinned[cb->pinned_count++] = pin;
+    pthread_mutex_unlock(&cb->ipc_lock);
+}
+
 /* Pin `size` bytes the fast way; false (nothing held, nothing said) when it cannot. The
  * context is current. */
 static bool pin_registered(cuda_backend *cb, size_t size, void **out)
@@ -123,9 +131,7 @@ static bool pin_registered(cuda_backend *cb, size_t size, void **out)
         munmap(map, len);
         return false;
     }
-    pthread_mutex_lock(&cb->ipc_lock);
-    cb->pinned[cb->pinned_count++] = (cuda_pinned){p, map, len};
-    pthread_mutex_unlock(&cb->ipc_lock);
+    pinned_put(cb, (cuda_pinned){p, map, len});
     *out = p;
     return true;
 }
@@ -175,11 +181,8 @@ gm_status cuda_host_free(gm_backend *b, void *ptr)
     cuda_call c;
     gm_status st = cuda_call_begin(b, NULL, &c);
     if (st != GM_OK) {
-        if (registered) { /* kept pinned, to be freed by a later call */
-            pthread_mutex_lock(&cb->ipc_lock);
-            cb->pinned[cb->pinned_count++] = pin;
-            pthread_mutex_unlock(&cb->ipc_lock);
-        }
+        if (registered) /* kept pinned, to be freed by a later call */
+            pinned_put(cb, pin);
         return st;
     }
     if (!registered)
@@ -188,11 +191,8 @@ gm_status cuda_host_free(gm_backend *b, void *ptr)
     CUresult r = cuda_drv.cuMemHostUnregister(ptr);
     if (r == CUDA_SUCCESS)
         munmap(pin.map, pin.map_len);
-    else { /* still pinned: kept, as a failed cuMemFreeHost keeps its buffer */
-        pthread_mutex_lock(&cb->ipc_lock);
-        cb->pinned[cb->pinned_count++] = pin;
-        pthread_mutex_unlock(&cb->ipc_lock);
-    }
+    else /* still pinned: kept, as a failed cuMemFreeHost keeps its buffer */
+        pinned_put(cb, pin);
     return cuda_call_end(b, &c, GM_CALL_HOST_FREE, r, "cuMemHostUnregister");
 }
 
