@@ -575,19 +575,20 @@ GM_API const char *gm_tag_current(void);
  * lost. O(blocks + pages). Thread-safe; no other call on the pool may run meanwhile. */
 GM_API gm_status gm_pool_sleep(gm_pool *pool, const char *offload_tags);
 
-/* Pin now the host buffer that gm_pool_sleep(pool, offload_tags) would pin: as many bytes as the
+/* Pin now the host memory that gm_pool_sleep(pool, offload_tags) would pin: as many bytes as the
  * live blocks of those tags hold (the same tag list), so that the sleep only copies. Pinning
  * costs more than the copies (docs/sleep.md), and a program knows what it will keep long before
  * it sleeps: call it once the blocks to keep are allocated (a model's weights, its optimizer
- * state). The buffer serves every later sleep it is large enough for (a larger need pins a
- * larger one then); gm_trim leaves it; a tag list that keeps no live block frees it ("").
+ * state). The buffers held serve every later sleep; one that keeps more pins a buffer for the
+ * rest only (docs/sleep.md); gm_trim leaves them; a tag list that keeps no live block frees
+ * them ("").
  * Fails: GM_ERR_INVALID_ARGUMENT (pool NULL, a bad tag list), GM_ERR_ASLEEP, GM_ERR_UNSUPPORTED
  * (plain segments), GM_ERR_HOST_MEMORY (no pinned host memory), GM_ERR_BACKEND; the pool is as
  * it was. O(blocks). Thread-safe. */
 GM_API gm_status gm_pool_sleep_prepare(gm_pool *pool, const char *offload_tags);
 
 /* Map new physical pages under every live block at its address, copy the saved contents back
- * (the pinned host buffer stays for the next sleep: gm_pool_sleep_prepare); the pool serves
+ * (the pinned host buffers stay for the next sleep: gm_pool_sleep_prepare); the pool serves
  * allocations again. Fails: GM_ERR_INVALID_ARGUMENT (pool
  * NULL, or the pool is awake), GM_ERR_OUT_OF_MEMORY (the device cannot give the memory back
  * now: another program holds it), GM_ERR_BACKEND, GM_ERR_HOST_MEMORY; the pool then stays
@@ -733,7 +734,9 @@ typedef struct gm_stats {
 
     /* Sleep and wake (docs/sleep.md). */
     int asleep;                  /* nonzero between gm_pool_sleep and gm_pool_wake */
-    size_t sleep_host_bytes;     /* pinned host memory holding saved block contents (asleep) */
+    size_t sleep_host_bytes;     /* pinned host memory for saved block contents: held from
+                                    the first sleep (or gm_pool_sleep_prepare) for the next */
+    unsigned sleep_host_buffers; /* in how many buffers (at most 8; docs/sleep.md) */
     size_t sleep_saved_bytes;    /* of those, bytes of blocks still live (freed ones are not
                                     copied back) */
     uint64_t sleeps, wakes;      /* gm_pool_sleep / gm_pool_wake calls that succeeded */

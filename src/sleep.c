@@ -7,8 +7,9 @@
  *                  -> empty every cache and finish pending frees (oom.c: drain_locked)
  *                  -> synchronize every stream the pool has used (heaps' streams and those
  *                     gm_record_stream added) -> unmap every old mapping of a recycled run
- *                  -> one pinned host buffer, the offloaded blocks copied into it, their streams
- *                     synchronized (any failure so far: the buffer freed, the pool as it was)
+ *                  -> pinned host buffers (those held, one added for what they leave over),
+ *                     the offloaded blocks copied into them, their streams synchronized (any
+ *                     failure so far: nothing saved, the pool as it was)
  *                  -> the pool asleep: reserve limit 0, caches and thread caches off
  *                  -> every run unmapped and released (segment.c: vmm_release_all_locked); a
  *                     run the device will not take back stays mapped and counted, the pool
@@ -17,10 +18,10 @@
  *                  -> new runs under every page a live block uses (vmm_map_used_locked)
  *                  -> the saved contents of blocks still live copied back, streams synchronized
  *                     (any failure: every run released again, the pool asleep with its copies,
- *                     the call may be retried) -> awake (the host buffer kept for the next
- *                     sleep; gm_pool_sleep_prepare pins it ahead, or frees it).
+ *                     the call may be retried) -> awake (the host buffers kept for the next
+ *                     sleep; gm_pool_sleep_prepare pins them ahead, or frees them).
  *
- * Contents saved are never lost: the host buffer goes only after the copies back completed.
+ * Contents saved are never lost: the host buffers go only after the copies back completed.
  * Beside the pool (the defragmentation's layer): it calls the caches, the segments and the
  * counters, and the pool calls it at gm_trim and destruction.
  *
@@ -141,7 +142,7 @@ static gm_status sync_list_locked(gm_pool *pool, const stream_list *l)
     return first;
 }
 
-/* Forget the saved blocks (the host buffer stays for the next sleep). */
+/* Forget the saved blocks (the host buffers stay for the next sleep). */
 static void saved_drop(pool_sleep *z)
 {
     free(z->saved);
@@ -149,21 +150,28 @@ static void saved_drop(pool_sleep *z)
     z->saved_count = 0;
 }
 
-/* Free the host buffer (no copy may still use it). A refused free keeps it, counted, to be
- * tried again by gm_trim, the next sleep that needs a larger one, or destruction. */
-static gm_status host_buffer_free_locked(gm_pool *pool)
+/* Free the host buffers (no copy may still use them); the first failure. A buffer whose free
+ * is refused stays held, counted, to be tried again by the next call that frees them
+ * (gm_pool_sleep_prepare keeping nothing, a replacement, destruction). */
+static gm_status host_buffers_free_locked(gm_pool *pool)
 {
     pool_sleep *z = &pool->sleep;
     saved_drop(z);
-    if (!z->host)
-        return GM_OK;
     gm_backend *be = pool->backend;
-    gm_status st = DEVICE_CALL(pool, GM_CALL_HOST_FREE, be->ops->host_free(be, z->host));
-    if (st == GM_OK) {
-        z->host = NULL;
-        z->host_bytes = 0;
+    gm_status first = GM_OK;
+    unsigned held = 0;
+    for (unsigned i = 0; i < z->host_count; i++) {
+        gm_status st = DEVICE_CALL(pool, GM_CALL_HOST_FREE, be->ops->host_free(be, z->host[i].p));
+        if (st == GM_OK) {
+            z->host_bytes -= z->host[i].bytes;
+            continue;
+        }
+        z->host[held++] = z->host[i];
+        if (first == GM_OK)
+            first = st;
     }
-    return st;
+    z->host_count = held;
+    return first;
 }
 
 /* Every VMM arena's runs unmapped and released; the first failure. */
@@ -184,73 +192,118 @@ static gm_status release_all_locked(gm_pool *pool)
     return first;
 }
 
-/* The pinned host buffer holds at least `bytes`: the one kept from before if it is large enough
- * (pinning host memory costs more than copying it several times over, and a program that
- * alternates phases saves the same bytes each time), else a new one. On failure the buffer
- * kept stays if it can, and the message names `who`. */
-static gm_status host_buffer_ensure_locked(gm_pool *pool, size_t bytes, const char *who)
+/* Where saved contents go, in live-map order: each block at the first place from the cursor on
+ * with room for it, after what is placed in this buffer or at the start of a later one. The
+ * cursor never goes back, so the plan (kept_blocks) and the copies (save_locked) agree. */
+typedef struct host_cursor {
+    unsigned buf;
+    size_t off;
+} host_cursor;
+
+static bool host_place(const pool_sleep *z, host_cursor *c, size_t need)
 {
-    pool_sleep *z = &pool->sleep;
-    if (z->host && z->host_bytes >= bytes)
-        return GM_OK;
-    gm_status st = z->host ? host_buffer_free_locked(pool) : GM_OK;
-    if (st != GM_OK)
-        return pool_fail_locked(pool, st, "%s: the pinned host buffer of the last sleep is too "
-                                "small and cannot be freed (%s); the pool is as it was", who,
-                                gm_backend_last_error());
-    gm_backend *be = pool->backend;
-    void *host = NULL;
-    st = DEVICE_CALL(pool, GM_CALL_HOST_ALLOC, be->ops->host_alloc(be, bytes, &host));
-    if (st != GM_OK) {
-        char b[32];
-        pool_format_bytes(b, sizeof b, bytes);
-        return pool_fail_locked(pool, st, "%s: no pinned host memory for %s of saved contents "
-                                "(%s); the pool is as it was", who, b, gm_backend_last_error());
-    }
-    z->host = host;
-    z->host_bytes = bytes;
-    return GM_OK;
+    for (; c->buf < z->host_count; c->buf++, c->off = 0)
+        if (z->host[c->buf].bytes - c->off >= need)
+            return true;
+    return false;
 }
 
-/* The live blocks of `keep`: how many, and the bytes their contents take in the host buffer. */
-static size_t kept_blocks(gm_pool *pool, const tag_set *keep, size_t *bytes)
+/* The live blocks of `keep`: how many, the bytes their contents take in host buffers, and of
+ * those the bytes the buffers held now leave without a place (`rest`). */
+static size_t kept_blocks(gm_pool *pool, const tag_set *keep, size_t *bytes, size_t *rest)
 {
     size_t count = 0;
-    *bytes = 0;
+    host_cursor c = {0, 0};
+    *bytes = *rest = 0;
     FOR_LIVE_BLOCKS(pool, b)
         if (tag_set_has(keep, b->tag_id)) {
+            size_t need = round_up(b->requested, BLOCK_ALIGN);
             count++;
-            *bytes += round_up(b->requested, BLOCK_ALIGN);
+            *bytes += need;
+            if (host_place(&pool->sleep, &c, need))
+                c.off += need;
+            else
+                *rest += need;
         }
     return count;
 }
 
-/* Save the contents of every live block of `keep` to the pinned host buffer
- * (host_buffer_ensure_locked); copies on each block's stream, then those streams synchronized.
- * On failure no block is saved (the buffer stays for the next sleep). */
+/* Whether making room for `rest` more bytes frees the buffers held (host_buffers_grow_locked),
+ * so that copies still queued into them must be waited for first. */
+static bool host_grow_frees(const pool_sleep *z, size_t rest)
+{
+    return rest && z->host_count == SLEEP_HOST_BUFS;
+}
+
+/* Pinned host buffers with a place for every kept block (`bytes` in all, `rest` of them without
+ * a place now; kept_blocks). Those held stay (pinning host memory costs more than copying it
+ * several times over, and a program that alternates phases saves the same bytes each time); one
+ * is added for what is left over, at least an eighth of what is held, so that a state that keeps
+ * growing pins O(log) times and only what it grew by. When SLEEP_HOST_BUFS are held, one buffer
+ * of `bytes` replaces them (after the streams were synchronized: host_grow_frees). On failure the
+ * buffers held stay when they can, and the message names `who`. */
+static gm_status host_buffers_grow_locked(gm_pool *pool, size_t bytes, size_t rest,
+                                          const char *who)
+{
+    pool_sleep *z = &pool->sleep;
+    if (!rest)
+        return GM_OK;
+    if (host_grow_frees(z, rest)) {
+        gm_status st = host_buffers_free_locked(pool);
+        if (st != GM_OK)
+            return pool_fail_locked(pool, st, "%s: the %u pinned host buffers held are too "
+                                    "small and cannot be freed (%s); no contents were saved",
+                                    who, SLEEP_HOST_BUFS, gm_backend_last_error());
+        rest = bytes;
+    }
+    size_t want = round_up(rest > z->host_bytes / 8 ? rest : z->host_bytes / 8, SLEEP_HOST_ROUND);
+    gm_backend *be = pool->backend;
+    void *host = NULL;
+    gm_status st = DEVICE_CALL(pool, GM_CALL_HOST_ALLOC, be->ops->host_alloc(be, want, &host));
+    if (st != GM_OK) {
+        char b[32];
+        pool_format_bytes(b, sizeof b, want);
+        return pool_fail_locked(pool, st, "%s: no pinned host memory for %s of saved contents "
+                                "(%s); the pool is as it was", who, b, gm_backend_last_error());
+    }
+    z->host[z->host_count++] = (sleep_host){host, want};
+    z->host_bytes += want;
+    return GM_OK;
+}
+
+/* Save the contents of every live block of `keep` to the pinned host buffers
+ * (host_buffers_grow_locked); copies on each block's stream, then those streams synchronized.
+ * On failure no block is saved (the buffers stay for the next sleep). */
 static gm_status save_locked(gm_pool *pool, const tag_set *keep, const stream_list *streams)
 {
     pool_sleep *z = &pool->sleep;
     gm_backend *be = pool->backend;
-    size_t bytes = 0, count = kept_blocks(pool, keep, &bytes);
+    size_t bytes = 0, rest = 0, count = kept_blocks(pool, keep, &bytes, &rest);
     if (!count)
         return GM_OK;
-    gm_status st = host_buffer_ensure_locked(pool, bytes, "gm_pool_sleep");
+    gm_status st = host_buffers_grow_locked(pool, bytes, rest, "gm_pool_sleep");
     if (st != GM_OK)
         return st;
     z->saved = gm_host_calloc(count, sizeof *z->saved);
     if (!z->saved)
         return pool_fail_locked(pool, GM_ERR_HOST_MEMORY,
                                 "gm_pool_sleep: host memory exhausted (%zu saved blocks)", count);
-    size_t off = 0;
+    host_cursor c = {0, 0};
     FOR_LIVE_BLOCKS(pool, b)
         if (st == GM_OK && tag_set_has(keep, b->tag_id)) {
+            size_t need = round_up(b->requested, BLOCK_ALIGN);
+            bool placed = host_place(z, &c, need); /* as planned: the buffers hold them all */
+            GM_ASSERT(placed);
+            if (!placed) {
+                st = GM_ERR_CORRUPT;
+                continue;
+            }
             sleep_saved *sv = &z->saved[z->saved_count++];
-            *sv = (sleep_saved){b->addr, b->requested, off, b->tag};
+            *sv = (sleep_saved){b->addr, b->requested, c.off, c.buf, b->tag};
             st = DEVICE_CALL(pool, GM_CALL_COPY_DTOH,
-                             be->ops->copy_dtoh(be, (char *)z->host + off, b->addr, b->requested,
-                                                b->tag));
-            off += round_up(b->requested, BLOCK_ALIGN);
+                             be->ops->copy_dtoh(be, (char *)z->host[c.buf].p + c.off, b->addr,
+                                                b->requested, b->tag));
+            c.off += need;
         }
     /* Wait for the copies (also those queued before a failed one: the buffer goes only then). */
     gm_status sst = sync_list_locked(pool, streams);
@@ -291,10 +344,11 @@ gm_status gm_pool_sleep_prepare(gm_pool *pool, const char *offload_tags)
         st = tag_set_parse(pool, "gm_pool_sleep_prepare", offload_tags, &keep);
     if (st != GM_OK)
         return pool_unlock(pool, st);
-    size_t bytes = 0;
-    bool any = kept_blocks(pool, &keep, &bytes) != 0;
-    if (pool->sleep.host && (!any || pool->sleep.host_bytes < bytes)) {
-        /* The buffer goes: a sleep whose synchronization failed may have left copies into it
+    size_t bytes = 0, rest = 0;
+    bool any = kept_blocks(pool, &keep, &bytes, &rest) != 0;
+    const pool_sleep *z = &pool->sleep;
+    if (z->host_count && (!any || host_grow_frees(z, rest))) {
+        /* The buffers go: a sleep whose synchronization failed may have left copies into them
          * queued, so the streams are synchronized first (as the next sleep would). */
         stream_list streams = {0};
         st = used_streams_locked(pool, &streams, "gm_pool_sleep_prepare");
@@ -304,9 +358,9 @@ gm_status gm_pool_sleep_prepare(gm_pool *pool, const char *offload_tags)
         free(streams.v);
     }
     if (st == GM_OK && any)
-        st = host_buffer_ensure_locked(pool, bytes, "gm_pool_sleep_prepare");
-    else if (st == GM_OK && host_buffer_free_locked(pool) != GM_OK) /* nothing to keep */
-        st = pool_fail_locked(pool, GM_ERR_BACKEND, "gm_pool_sleep_prepare: the pinned host "
+        st = host_buffers_grow_locked(pool, bytes, rest, "gm_pool_sleep_prepare");
+    else if (st == GM_OK && host_buffers_free_locked(pool) != GM_OK) /* nothing to keep */
+        st = pool_fail_locked(pool, GM_ERR_BACKEND, "gm_pool_sleep_prepare: a pinned host "
                               "buffer cannot be freed: %s", gm_backend_last_error());
     return pool_unlock(pool, st);
 }
@@ -413,7 +467,8 @@ gm_status gm_pool_wake(gm_pool *pool)
             break;
         }
         st = DEVICE_CALL(pool, GM_CALL_COPY_HTOD,
-                         be->ops->copy_htod(be, sv->addr, (const char *)z->host + sv->offset,
+                         be->ops->copy_htod(be, sv->addr,
+                                            (const char *)z->host[sv->buf].p + sv->offset,
                                             sv->size, sv->stream));
     }
     gm_status sst = sync_list_locked(pool, &streams); /* the copies read the buffer until then */
@@ -422,7 +477,7 @@ gm_status gm_pool_wake(gm_pool *pool)
         st = sst;
     if (st != GM_OK)
         return pool_unlock(pool, wake_undo_locked(pool, st, "copying the saved contents back"));
-    saved_drop(z); /* the buffer stays for the next sleep (gm_trim frees it) */
+    saved_drop(z); /* the buffers stay for the next sleep */
     z->asleep = false;
     pool->cache.enabled = !pool->cfg.cache_disable;
     pool->tc.watch = z->tc_watch;
@@ -442,7 +497,7 @@ gm_status sleep_trim_locked(gm_pool *pool)
 
 uint64_t sleep_fini_locked(gm_pool *pool)
 {
-    return host_buffer_free_locked(pool) != GM_OK;
+    return host_buffers_free_locked(pool) != GM_OK;
 }
 
 void sleep_set_limit_locked(gm_pool *pool, size_t limit)
@@ -451,6 +506,14 @@ void sleep_set_limit_locked(gm_pool *pool, size_t limit)
         pool->sleep.limit = limit;
     else
         pool->limit = limit;
+}
+
+static size_t host_sum(const pool_sleep *z)
+{
+    size_t sum = 0;
+    for (unsigned i = 0; i < z->host_count; i++)
+        sum += z->host[i].bytes;
+    return sum;
 }
 
 gm_status sleep_check_locked(gm_pool *pool, size_t free_bytes, size_t unreleased)
@@ -463,11 +526,17 @@ gm_status sleep_check_locked(gm_pool *pool, size_t free_bytes, size_t unreleased
         bad = "the pool is asleep but old mappings of recycled runs remain";
     else if (free_bytes > pool->counters.reserved_bytes - unreleased)
         bad = "the pool is asleep and counts more free bytes than it holds";
-    else if (z->saved_count && !z->host)
+    else if (host_sum(z) != z->host_bytes)
+        bad = "the pinned host buffers' bytes differ from their count";
+    else if (z->saved_count && !z->host_count)
         bad = "the pool is asleep with saved blocks but no host buffer";
-    for (size_t i = 0; i < z->saved_count && !bad; i++)
-        if (z->saved[i].offset + z->saved[i].size > z->host_bytes ||
-            (i && z->saved[i].offset < z->saved[i - 1].offset + z->saved[i - 1].size))
-            bad = "a saved block lies outside the host buffer or over another";
+    for (size_t i = 0; i < z->saved_count && !bad; i++) {
+        const sleep_saved *sv = &z->saved[i], *prev = i ? sv - 1 : NULL;
+        if (sv->buf >= z->host_count || sv->offset > z->host[sv->buf].bytes ||
+            sv->size > z->host[sv->buf].bytes - sv->offset ||
+            (prev && (sv->buf < prev->buf ||
+                      (sv->buf == prev->buf && sv->offset < prev->offset + prev->size))))
+            bad = "a saved block lies outside the host buffers or over another";
+    }
     return bad ? pool_fail_locked(pool, GM_ERR_CORRUPT, "gm_pool_check: %s", bad) : GM_OK;
 }

@@ -84,6 +84,7 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
     const pool_sleep *z = &pool->sleep;
     out->asleep = z->asleep;
     out->sleep_host_bytes = z->host_bytes;
+    out->sleep_host_buffers = z->host_count;
     for (size_t i = 0; i < z->saved_count; i++) /* blocks freed while asleep are not restored */
         if (bmap_lookup(&shard_of(pool, z->saved[i].addr)->map, z->saved[i].addr))
             out->sleep_saved_bytes += z->saved[i].size;
@@ -184,6 +185,7 @@ static void snapshot_stats(jw *j, const gm_stats *st)
     jw_u64(j, "export_held_blocks", st->export_held_blocks);
     jw_bool(j, "asleep", st->asleep);
     jw_u64(j, "sleep_host_bytes", st->sleep_host_bytes);
+    jw_u64(j, "sleep_host_buffers", st->sleep_host_buffers);
     jw_u64(j, "sleep_saved_bytes", st->sleep_saved_bytes);
     jw_u64(j, "sleeps", st->sleeps);
     jw_u64(j, "wakes", st->wakes);

@@ -369,9 +369,20 @@ typedef struct gm_trace gm_trace;
 typedef struct sleep_saved {
     uintptr_t addr;   /* the block's address: it is still live at wake iff the live map has it */
     size_t size;      /* bytes saved (its requested bytes) */
-    size_t offset;    /* into the host buffer */
+    size_t offset;    /* into host buffer `buf` */
+    unsigned buf;
     gm_stream stream; /* the block's stream: the copies are ordered there */
 } sleep_saved;
+
+/* The pinned host buffers that hold saved contents, filled in order (sleep.c, host_place). A
+ * sleep that needs more than they hold adds one for what is left over, so that a program whose
+ * kept state grows a little pins only that little; past SLEEP_HOST_BUFS they are replaced by
+ * one. Each is a whole number of SLEEP_HOST_ROUND bytes (a huge page). */
+enum { SLEEP_HOST_BUFS = 8, SLEEP_HOST_ROUND = 2 << 20 };
+typedef struct sleep_host {
+    void *p;
+    size_t bytes;
+} sleep_host;
 
 /* gm_pool_sleep's state (sleep.c), under the pool lock. While asleep the reserve limit is 0, so
  * that every allocation is refused on the locked path's existing test (alloc_refused_locked
@@ -382,9 +393,10 @@ typedef struct pool_sleep {
     size_t limit;      /* the reserve limit to restore at wake */
     unsigned tc_live;  /* the thread caches' state to restore at wake */
     bool tc_watch;
-    void *host;        /* one pinned host buffer for every saved block, or NULL; kept after the
-                          wake for the next sleep, freed by gm_trim(pool, 0) and destruction */
-    size_t host_bytes;
+    sleep_host host[SLEEP_HOST_BUFS]; /* kept after the wake for the next sleep; freed by
+                                         gm_pool_sleep_prepare keeping nothing and destruction */
+    unsigned host_count;
+    size_t host_bytes; /* theirs together */
     sleep_saved *saved;
     size_t saved_count;
     uint64_t sleeps, wakes;

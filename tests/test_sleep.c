@@ -246,10 +246,11 @@ static void test_cycle(int unmap_thread, unsigned run_pages)
     CHECK_STATUS(gm_alloc(p, 250 * MiB, NULL, &x), GM_ERR_OUT_OF_MEMORY);
     CHECK_STR_CONTAINS(gm_last_error(p), "reserve limit");
 
-    /* A second cycle keeping everything (NULL): a larger buffer replaces the kept one. */
+    /* A second cycle keeping everything (NULL): a buffer is added beside the kept one. */
     CHECK_OK(gm_pool_sleep(p, NULL));
-    CHECK_EQ_U(host_calls(be, GM_CALL_HOST_FREE), 1);
+    CHECK_EQ_U(host_calls(be, GM_CALL_HOST_FREE), 0);
     CHECK_EQ_U(host_calls(be, GM_CALL_HOST_ALLOC), 2);
+    CHECK_EQ_U(stats_of(p).sleep_host_buffers, 2);
     CHECK_OK(gm_pool_wake(p));
     CHECK_OK(gm_pool_sleep(p, "*")); /* fits the kept buffer: no new pinning */
     CHECK_EQ_U(host_calls(be, GM_CALL_HOST_ALLOC), 2);
@@ -277,8 +278,8 @@ static void test_cycle(int unmap_thread, unsigned run_pages)
 }
 
 /* gm_pool_sleep_prepare pins ahead what a sleep keeping those tags would pin, so that the sleep
- * pins nothing; the buffer serves later sleeps, grows when they need more, survives gm_trim and
- * goes with a list that keeps nothing. Refusals change nothing. */
+ * pins nothing; the buffers serve later sleeps, a new one holds only what they leave over, they
+ * survive gm_trim and go with a list that keeps nothing. Refusals change nothing. */
 static void test_prepare(void)
 {
     gm_backend *be = sim_small(0);
@@ -293,7 +294,8 @@ static void test_prepare(void)
     CHECK_STR_CONTAINS(gm_last_error(p), "gm_pool_sleep_prepare: offload tags");
     CHECK_EQ_U(host_calls(be, GM_CALL_HOST_ALLOC), 0);
     CHECK_OK(gm_pool_sleep_prepare(p, "weights,optimizer"));
-    size_t need = 3 * MiB + (5 * MiB + 1000 + GM_ALIGNMENT - 1) / GM_ALIGNMENT * GM_ALIGNMENT;
+    /* 3 MiB + 5 MiB + 1000 bytes, a whole number of 2 MiB (a huge page) */
+    size_t need = 10 * MiB;
     CHECK_EQ_U(stats_of(p).sleep_host_bytes, need);
     CHECK_EQ_U(host_calls(be, GM_CALL_HOST_ALLOC), 1);
     CHECK_OK(gm_pool_sleep_prepare(p, "weights")); /* less: the buffer stays as it is */
@@ -306,13 +308,40 @@ static void test_prepare(void)
     CHECK_STATUS(gm_pool_sleep_prepare(p, "weights"), GM_ERR_ASLEEP);
     CHECK_OK(gm_pool_wake(p));
     CHECK(intact(be, w, 3 * MiB, 7));
-    CHECK_OK(gm_pool_sleep_prepare(p, "*")); /* more: a larger buffer replaces it */
+    CHECK_OK(gm_pool_sleep_prepare(p, "*")); /* more: a buffer for what is left over */
     CHECK_EQ_U(stats_of(p).sleep_host_bytes, need + 8 * MiB);
+    CHECK_EQ_U(stats_of(p).sleep_host_buffers, 2);
     CHECK_EQ_U(host_calls(be, GM_CALL_HOST_ALLOC), 2);
-    CHECK_EQ_U(host_calls(be, GM_CALL_HOST_FREE), 1);
-    CHECK_OK(gm_pool_sleep_prepare(p, "nobody")); /* keeps no live block: the buffer goes */
+    CHECK_EQ_U(host_calls(be, GM_CALL_HOST_FREE), 0);
+    /* A small kept tensor made after the prepare (a CUDA graph's static input): it fits the
+     * tail of a buffer, and the sleep pins nothing. */
+    void *small = alloc_tagged(p, "weights", 4096, NULL);
+    fill(be, small, 4096, 9);
+    CHECK_OK(gm_pool_sleep(p, "*"));
+    CHECK_EQ_U(host_calls(be, GM_CALL_HOST_ALLOC), 2);
+    CHECK_OK(gm_pool_wake(p));
+    CHECK(intact(be, small, 4096, 9));
+    CHECK(intact(be, w, 3 * MiB, 7));
+    /* One past every tail: a buffer for it alone (at least an eighth of those held, in 2 MiB),
+     * and the sleep that follows pins nothing more. */
+    void *more = alloc_tagged(p, "optimizer", 2 * MiB + 4096, NULL);
+    CHECK_OK(gm_pool_sleep(p, "*"));
+    CHECK_EQ_U(host_calls(be, GM_CALL_HOST_ALLOC), 3);
+    CHECK_EQ_U(stats_of(p).sleep_host_bytes, need + 8 * MiB + 4 * MiB);
+    CHECK_EQ_U(stats_of(p).sleep_host_buffers, 3);
+    CHECK_OK(gm_pool_check(p));
+    CHECK_OK(gm_pool_wake(p));
+    CHECK(intact(be, small, 4096, 9));
+    CHECK_OK(gm_pool_sleep(p, "*"));
+    CHECK_OK(gm_pool_wake(p));
+    CHECK_EQ_U(host_calls(be, GM_CALL_HOST_ALLOC), 3);
+    CHECK_EQ_U(host_calls(be, GM_CALL_HOST_FREE), 0);
+    CHECK_OK(gm_free(p, small, NULL));
+    CHECK_OK(gm_free(p, more, NULL));
+    CHECK_OK(gm_pool_sleep_prepare(p, "nobody")); /* keeps no live block: the buffers go */
     CHECK_EQ_U(stats_of(p).sleep_host_bytes, 0);
-    CHECK_EQ_U(host_calls(be, GM_CALL_HOST_FREE), 2);
+    CHECK_EQ_U(stats_of(p).sleep_host_buffers, 0);
+    CHECK_EQ_U(host_calls(be, GM_CALL_HOST_FREE), 3);
     CHECK_OK(gm_pool_check(p));
     CHECK_OK(gm_free(p, w, NULL));
     CHECK_OK(gm_free(p, o, NULL));

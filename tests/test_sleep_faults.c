@@ -13,9 +13,9 @@
  * the pool is awake with every block's bytes as they were, or asleep, and then a wake (retried
  * once the failures stop) brings every saved block back byte for byte at its address; the
  * blocks are freed and the pool destroyed, and the sim has all its memory back and no pinned
- * host memory left. gm_pool_sleep_prepare's device calls (pinning; replacing a buffer too
- * small: synchronizing the streams, freeing it) are failed too: the pool as it was, and a sleep
- * then works.
+ * host memory left. gm_pool_sleep_prepare's device calls (pinning; replacing the buffers held
+ * by one: synchronizing the streams, freeing them) are failed too: the pool as it was, and a
+ * sleep then works.
  */
 #include "check.h"
 #include "gpumem_sim.h"
@@ -302,6 +302,20 @@ static void sweep(bool host, bool wake)
                     fault_kind_str((fault_kind)k));
 }
 
+static uint64_t pool_calls(fx *f, gm_call k)
+{
+    gm_stats s;
+    REQUIRE_OK(gm_pool_stats(f->pool, &s));
+    return s.device_calls[k];
+}
+
+static unsigned host_buffers(fx *f)
+{
+    gm_stats s;
+    REQUIRE_OK(gm_pool_stats(f->pool, &s));
+    return s.sleep_host_buffers;
+}
+
 static size_t host_bytes(fx *f)
 {
     gm_stats s;
@@ -309,8 +323,9 @@ static size_t host_bytes(fx *f)
     return s.sleep_host_bytes;
 }
 
-/* gm_pool_sleep_prepare's device calls failed: pinning (no buffer is kept), and replacing a
- * buffer too small (it stays); the pool as it was each time, and a sleep then works. */
+/* gm_pool_sleep_prepare's device calls failed: pinning (no buffer is kept), and replacing
+ * SLEEP_HOST_BUFS buffers by one (synchronizing the streams, freeing them, pinning); the pool
+ * as it was, or with fewer buffers and nothing lost, each time, and a sleep then works. */
 static void prepare_faults(void)
 {
     fx f;
@@ -325,23 +340,54 @@ static void prepare_faults(void)
     CHECK_EQ_U(host_bytes(&f), 0);
     check_pool(&f);
     CHECK_OK(gm_pool_sleep_prepare(f.pool, "weights"));
-    size_t small = host_bytes(&f);
-    CHECK(small > 0);
-    /* A larger need: the streams synchronized, the smaller buffer freed, a larger one pinned;
-     * the first two failed here (the third as above). */
-    const fault_kind fail[2] = {FAULT_STREAM_SYNC, FAULT_HOST_FREE};
-    const char *const said[2] = {"could not be synchronized", "cannot be freed"};
-    for (int i = 0; i < 2; i++) {
+    CHECK(host_bytes(&f) > 0);
+    /* A kept state that grows: a prepare adds one buffer for what the others leave over (none
+     * is freed) until SLEEP_HOST_BUFS (8) are held; a growth past that replaces them by one:
+     * its synchronization, its frees, its pinning failed in turn, each from 8 buffers. */
+    enum { EXTRA = 12 };
+    const fault_kind fail[3] = {FAULT_STREAM_SYNC, FAULT_HOST_FREE, FAULT_HOST_ALLOC};
+    const char *const said[3] = {"could not be synchronized", "cannot be freed",
+                                 "no pinned host memory"};
+    for (int i = 0; i < 3; i++) {
+        void *extra[EXTRA];
+        int n = 0;
+        while (host_buffers(&f) < 8 && n < EXTRA - 1) {
+            uint64_t frees = pool_calls(&f, GM_CALL_HOST_FREE);
+            unsigned bufs = host_buffers(&f);
+            size_t held = host_bytes(&f);
+            extra[n++] = alloc_tagged(&f, "extra", 2 * MiB + 4 * KiB, 0); /* past a tail */
+            CHECK_OK(gm_pool_sleep_prepare(f.pool, "weights,extra"));
+            CHECK_LE_U(host_buffers(&f), bufs + 1);
+            CHECK_EQ_U(pool_calls(&f, GM_CALL_HOST_FREE), frees);
+            CHECK_GE_U(host_bytes(&f), held);
+        }
+        CHECK_EQ_U(host_buffers(&f), 8);
+        extra[n++] = alloc_tagged(&f, "extra", 6 * MiB, 0); /* no buffer has room for it */
+        size_t before = host_bytes(&f);
         fault_backend_kinds(f.dev, FAULT_BIT(fail[i]));
         fault_backend_set(f.dev, 1, false);
-        st = gm_pool_sleep_prepare(f.pool, KEEP);
+        st = gm_pool_sleep_prepare(f.pool, "weights,extra");
         fault_backend_kinds(f.dev, FAULT_ALL);
         faults_off(&f);
         CHECK(st != GM_OK);
         check_failure(&f, st);
         CHECK_STR_CONTAINS(gm_last_error(f.pool), said[i]);
-        CHECK_EQ_U(host_bytes(&f), small);
+        if (fail[i] == FAULT_STREAM_SYNC) { /* nothing freed */
+            CHECK_EQ_U(host_bytes(&f), before);
+            CHECK_EQ_U(host_buffers(&f), 8);
+        } else if (fail[i] == FAULT_HOST_FREE) { /* the first free refused: that one stays */
+            CHECK_EQ_U(host_buffers(&f), 1);
+        } else { /* freed, none pinned: the next sleep pins */
+            CHECK_EQ_U(host_bytes(&f), 0);
+        }
         check_pool(&f);
+        CHECK_OK(gm_pool_sleep_prepare(f.pool, "weights,extra"));
+        CHECK_GE_U(host_bytes(&f), 3 * MiB + 4096 + 300 * KiB + 6 * MiB);
+        for (int k = 0; k < n; k++)
+            REQUIRE_OK(gm_free(f.pool, extra[k], f.s[0]));
+        CHECK_OK(gm_pool_sleep_prepare(f.pool, "nobody")); /* keeping nothing: all go */
+        CHECK_EQ_U(host_buffers(&f), 0);
+        CHECK_OK(gm_pool_sleep_prepare(f.pool, "weights"));
     }
     check_all(&f, false);
     CHECK_OK(gm_pool_sleep_prepare(f.pool, KEEP));

@@ -1479,6 +1479,7 @@ py::dict sleep_stats(int dev) {
     py::dict d;
     d["asleep"] = s.asleep != 0;
     d["sleep_host_bytes"] = s.sleep_host_bytes;
+    d["sleep_host_buffers"] = s.sleep_host_buffers;
     d["sleep_saved_bytes"] = s.sleep_saved_bytes;
     d["sleeps"] = s.sleeps;
     d["wakes"] = s.wakes;

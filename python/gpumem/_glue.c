@@ -103,7 +103,8 @@ static size_t stats_json(const gm_stats *s, char *buf, size_t len)
                      "\"internal_frag_bytes\":%zu,\"total_free_bytes\":%zu,"
                      "\"largest_free_bytes\":%zu,\"frag_rate\":%.17g,\"cached_bytes\":%zu,"
                      "\"cached_blocks\":%zu,\"thread_cache_hits\":%" PRIu64 ",\"device\":%d,"
-                     "\"asleep\":%s,\"sleep_host_bytes\":%zu,\"sleep_saved_bytes\":%zu,"
+                     "\"asleep\":%s,\"sleep_host_bytes\":%zu,\"sleep_host_buffers\":%u,"
+                     "\"sleep_saved_bytes\":%zu,"
                      "\"sleeps\":%" PRIu64 ",\"wakes\":%" PRIu64 "}",
                      s->live_bytes, s->peak_live_bytes, s->allocated_bytes,
                      s->peak_allocated_bytes, s->reserved_bytes, s->peak_reserved_bytes,
@@ -111,7 +112,8 @@ static size_t stats_json(const gm_stats *s, char *buf, size_t len)
                      calls, kinds, s->device_time_ns, s->internal_frag_bytes,
                      s->total_free_bytes, s->largest_free_bytes, s->frag_rate, s->cached_bytes,
                      s->cached_blocks, s->thread_cache_hits, s->device,
-                     s->asleep ? "true" : "false", s->sleep_host_bytes, s->sleep_saved_bytes,
+                     s->asleep ? "true" : "false", s->sleep_host_bytes, s->sleep_host_buffers,
+                     s->sleep_saved_bytes,
                      s->sleeps, s->wakes);
     return n > 0 && (size_t)n < len ? (size_t)n : 0;
 }

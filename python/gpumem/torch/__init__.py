@@ -260,7 +260,8 @@ def wake():
 
 def sleep_stats(device=0):
     """The device's pool's sleep figures: asleep, sleep_host_bytes (pinned host memory holding
-    saved contents), sleep_saved_bytes (of tensors still live), sleeps, wakes, reserved_bytes,
+    saved contents, kept for the next sleep), sleep_host_buffers (how many buffers hold it),
+    sleep_saved_bytes (of tensors still live), sleeps, wakes, reserved_bytes,
     live_bytes (gm_stats), graph_pools_reserved_bytes (CUDA graphs' private pools on the
     device, which sleep leaves mapped)."""
     return _ext().sleep_stats(int(device))
