@@ -331,8 +331,9 @@ gm_status gm_trim(gm_pool *pool, size_t keep_bytes)
     if (keep_bytes == 0) /* also give back virtual ranges that hold nothing */
         HEAPS_FOR_EACH_ARENA(pool, h, a)
             vmm_release_ranges_locked(pool, a);
-    /* Asleep: what the sleep could not give back, again. Awake, the pinned host buffer kept for
-     * the next sleep stays: host memory, not the device's (gm_pool_sleep_prepare frees it). */
+    /* Asleep: what the sleep could not give back, again. Awake, the pinned host buffers kept
+     * for the next sleep stay: host memory, not the device's (gm_pool_sleep_prepare frees
+     * them). */
     if (st == GM_OK && pool->sleep.asleep)
         st = sleep_trim_locked(pool);
     return pool_unlock(pool, st);

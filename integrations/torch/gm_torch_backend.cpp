@@ -1457,7 +1457,7 @@ void sleep_all(const std::string& offload_tags) {
     }
 }
 
-// Pin ahead, in every pool a sleep would put to sleep, the host buffer that sleep(offload_tags)
+// Pin ahead, in every pool a sleep would put to sleep, the host memory that sleep(offload_tags)
 // would pin (gm_pool_sleep_prepare); the first failure raises.
 void sleep_prepare_all(const std::string& offload_tags) {
     for (gm_pool* p : all_pools(false, false))

@@ -379,10 +379,10 @@ class Pool:
         self._call(what, _lib.gm_pool_sleep, _offload_tags(offload, what).encode())
 
     def sleep_prepare(self, offload=True):
-        """gm_pool_sleep_prepare: pin now the host buffer a sleep(offload) would pin (as many
+        """gm_pool_sleep_prepare: pin now the host memory a sleep(offload) would pin (as many
         bytes as the live blocks it would keep), so that the sleep only copies. Call it once
-        what is kept is allocated. It serves every later sleep it is large enough for; trim()
-        leaves it; an ``offload`` that keeps no live block (False) frees it."""
+        what is kept is allocated. It serves every later sleep; one that keeps more pins only
+        the rest; trim() leaves it; an ``offload`` that keeps no live block (False) frees it."""
         what = "gpumem.Pool.sleep_prepare"
         self._call(what, _lib.gm_pool_sleep_prepare, _offload_tags(offload, what).encode())
 

@@ -169,7 +169,7 @@ def sleep(offload=True, device=None):
 
 
 def sleep_prepare(offload=True, device=None):
-    """gm_pool_sleep_prepare on the device's pool: pin now the host buffer that sleep(offload)
+    """gm_pool_sleep_prepare on the device's pool: pin now the host memory that sleep(offload)
     would pin, so that the sleep only copies (gpumem.Pool.sleep_prepare)."""
     text = gpumem._offload_tags(offload, "gpumem.cupy.sleep_prepare").encode()
     p = _pool(device)

@@ -227,12 +227,12 @@ def sleep(offload=True):
 
 
 def sleep_prepare(offload=True):
-    """Pin now, in every pool sleep(offload) would put to sleep, the host buffer that sleep
+    """Pin now, in every pool sleep(offload) would put to sleep, the host memory that sleep
     would pin: as many bytes as the tensors it would keep (gm_pool_sleep_prepare), so that the
     sleep only copies. Pinning costs more than the copies (docs/sleep.md): call it once the
-    kept tensors exist (after the model and its optimizer state are built). The buffer serves
-    every later sleep it is large enough for and survives torch.cuda.empty_cache();
-    sleep_prepare(offload=False) frees it."""
+    kept tensors exist (after the model and its optimizer state are built). It serves every
+    later sleep (one that keeps more pins only the rest) and survives
+    torch.cuda.empty_cache(); sleep_prepare(offload=False) frees it."""
     tags = _offload_tags(offload)
     C = _ext()
     if not C.installed():
