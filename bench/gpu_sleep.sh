@@ -37,7 +37,8 @@ echo "sleep check, prepared: rc=$? $(grep '^RESULT' "$OUT/sleep_prepare.out" | "
 import json, sys
 d = json.loads(sys.stdin.read()[7:])
 print({k: d.get(k) for k in ("prepare_s", "sleep_s", "wake_s", "sleep2_s", "wake2_s",
-                             "budget_first_s", "ideal_copy_s")})' 2>&1)"
+                             "budget_first_s", "ideal_copy_s")},
+      "first cycle within budget:", d["sleep_s"] + d["wake_s"] <= d["budget_first_s"])' 2>&1)"
 "$PY" "$ROOT/bench/gpu_cupy_sleep.py" >"$OUT/cupy_sleep.log" 2>&1
 echo "cupy sleep: rc=$? $(tail -2 "$OUT/cupy_sleep.log" | tr '\n' ' ')"
 "$PY" "$ROOT/integrations/torch/gpu_check_backend.py" --json "$OUT/check.json" >"$OUT/check.log" 2>&1
