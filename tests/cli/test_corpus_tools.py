@@ -2,7 +2,8 @@
 """bench/corpus.py's split rule and bench/growth_bound.py's online floor, on small traces made
 here: the split is a fixed hash rule (half tune, half test, bundled traces apart); the floor is
 0 when the peak falls in the first quarter and follows log(peak / high so far) / log(target)
-when live climbs after it; corpus.py marks a steady-state miss the floor makes unavoidable.
+when live climbs after it; corpus.py marks a steady-state miss the floor makes unavoidable;
+corpus_steps.py's summary of step times over interleaved rounds.
 usage: test_corpus_tools.py SOURCE_DIR"""
 import math
 import os
@@ -83,6 +84,24 @@ check(sc == {"default": 1.5, "expandable": 1.1, "gpumem": 1.01}, "sidecar: %s" %
 check(corpus.sidecar(ramp) == {}, "no sidecar, no figures")
 check(any(k == "live" for _, k, _ in corpus.COLS), "the table has gpumem's live column")
 os.remove(side)
+
+# corpus_steps.py's summary: per workload and mode the median over rounds of the rounds' median
+# steps, over default's; the spread is the rounds' lowest and highest over default's median;
+# reserved/allocated the worst round's; default first, expandable next.
+import corpus_steps  # noqa: E402
+rows = [dict(w="net", mode=m, median_ms=ms, r_l=rl) for m, ms, rl in (
+    ("gpumem", 11.0, 1.02), ("default", 10.0, 2.0), ("gpumem", 9.0, 1.04),
+    ("default", 12.0, 2.0), ("expandable", 10.5, 1.1), ("default", 8.0, 2.0),
+    ("gpumem", 10.0, 1.03))] + [dict(w="alone", mode="gpumem", median_ms=1.0, r_l=1.0)]
+lines = corpus_steps.summarize(rows)
+net = [ln.split() for ln in lines if ln.startswith("net")]
+check([r[1] for r in net] == ["default", "expandable", "gpumem"], "order: %s" % net)
+check(net[0][2:5] == ["3", "10.000", "1.000"] and net[0][5] == "0.800-1.200", "default: %s" % net[0])
+check(net[2][2:5] == ["3", "10.000", "1.000"] and net[2][5] == "0.900-1.100" and
+      net[2][6] == "1.040", "gpumem: %s" % net[2])
+check(net[1][3:5] == ["10.500", "1.050"], "expandable: %s" % net[1])
+alone = [ln.split() for ln in lines if ln.startswith("alone")][0]
+check(alone[4] == "-" and alone[5] == "-", "no default, no ratio: %s" % alone)
 
 for p in (flat, ramp):
     os.remove(p)
