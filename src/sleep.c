@@ -305,13 +305,13 @@ static gm_status save_locked(gm_pool *pool, const tag_set *keep, const stream_li
                                                 b->requested, b->tag));
             c.off += need;
         }
-    /* Wait for the copies (also those queued before a failed one: the buffer goes only then). */
+    /* Wait for the copies (also those queued before a failed one: the buffers go only then). */
     gm_status sst = sync_list_locked(pool, streams);
     if (st == GM_OK)
         st = sst;
     if (st != GM_OK) {
-        /* The buffer stays: a copy may still write into it until its stream is synchronized,
-         * which the next sleep does before it uses the buffer again. */
+        /* The buffers stay: a copy may still write into them until its stream is synchronized,
+         * which the next sleep does before it uses them again. */
         saved_drop(z);
         return pool_fail_locked(pool, st, "gm_pool_sleep: copying the contents to the host "
                                 "failed (%s); the pool is as it was", gm_backend_last_error());
@@ -471,7 +471,7 @@ gm_status gm_pool_wake(gm_pool *pool)
                                             (const char *)z->host[sv->buf].p + sv->offset,
                                             sv->size, sv->stream));
     }
-    gm_status sst = sync_list_locked(pool, &streams); /* the copies read the buffer until then */
+    gm_status sst = sync_list_locked(pool, &streams); /* the copies read the buffers until then */
     free(streams.v);
     if (st == GM_OK)
         st = sst;
