@@ -21,6 +21,7 @@ import json
 import os
 import statistics
 import sys
+import time
 
 
 def measure(mode, specs, warmup):
@@ -49,7 +50,6 @@ def measure(mode, specs, warmup):
         step, _ = cw.WORKLOADS[name](dev)
         ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(n)]
-        import time
         t0 = time.perf_counter()
         for i in range(warmup + n):
             if i >= warmup:

@@ -162,10 +162,8 @@ static gm_status host_buffers_free_locked(gm_pool *pool)
     unsigned held = 0;
     for (unsigned i = 0; i < z->host_count; i++) {
         gm_status st = DEVICE_CALL(pool, GM_CALL_HOST_FREE, be->ops->host_free(be, z->host[i].p));
-        if (st == GM_OK) {
-            z->host_bytes -= z->host[i].bytes;
+        if (st == GM_OK)
             continue;
-        }
         z->host[held++] = z->host[i];
         if (first == GM_OK)
             first = st;
@@ -256,7 +254,8 @@ static gm_status host_buffers_grow_locked(gm_pool *pool, size_t bytes, size_t re
                                     who, SLEEP_HOST_BUFS, gm_backend_last_error());
         rest = bytes;
     }
-    size_t want = round_up(rest > z->host_bytes / 8 ? rest : z->host_bytes / 8, SLEEP_HOST_ROUND);
+    size_t eighth = sleep_host_bytes(z) / 8;
+    size_t want = round_up(rest > eighth ? rest : eighth, SLEEP_HOST_ROUND);
     gm_backend *be = pool->backend;
     void *host = NULL;
     gm_status st = DEVICE_CALL(pool, GM_CALL_HOST_ALLOC, be->ops->host_alloc(be, want, &host));
@@ -267,7 +266,6 @@ static gm_status host_buffers_grow_locked(gm_pool *pool, size_t bytes, size_t re
                                 "(%s); the pool is as it was", who, b, gm_backend_last_error());
     }
     z->host[z->host_count++] = (sleep_host){host, want};
-    z->host_bytes += want;
     return GM_OK;
 }
 
@@ -508,14 +506,6 @@ void sleep_set_limit_locked(gm_pool *pool, size_t limit)
         pool->limit = limit;
 }
 
-static size_t host_sum(const pool_sleep *z)
-{
-    size_t sum = 0;
-    for (unsigned i = 0; i < z->host_count; i++)
-        sum += z->host[i].bytes;
-    return sum;
-}
-
 gm_status sleep_check_locked(gm_pool *pool, size_t free_bytes, size_t unreleased)
 {
     const pool_sleep *z = &pool->sleep;
@@ -526,8 +516,6 @@ gm_status sleep_check_locked(gm_pool *pool, size_t free_bytes, size_t unreleased
         bad = "the pool is asleep but old mappings of recycled runs remain";
     else if (free_bytes > pool->counters.reserved_bytes - unreleased)
         bad = "the pool is asleep and counts more free bytes than it holds";
-    else if (host_sum(z) != z->host_bytes)
-        bad = "the pinned host buffers' bytes differ from their count";
     else if (z->saved_count && !z->host_count)
         bad = "the pool is asleep with saved blocks but no host buffer";
     for (size_t i = 0; i < z->saved_count && !bad; i++) {

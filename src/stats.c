@@ -83,7 +83,7 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
     share_stats_locked(pool, out);
     const pool_sleep *z = &pool->sleep;
     out->asleep = z->asleep;
-    out->sleep_host_bytes = z->host_bytes;
+    out->sleep_host_bytes = sleep_host_bytes(z);
     out->sleep_host_buffers = z->host_count;
     for (size_t i = 0; i < z->saved_count; i++) /* blocks freed while asleep are not restored */
         if (bmap_lookup(&shard_of(pool, z->saved[i].addr)->map, z->saved[i].addr))

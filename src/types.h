@@ -396,11 +396,19 @@ typedef struct pool_sleep {
     sleep_host host[SLEEP_HOST_BUFS]; /* kept after the wake for the next sleep; freed by
                                          gm_pool_sleep_prepare keeping nothing and destruction */
     unsigned host_count;
-    size_t host_bytes; /* theirs together */
     sleep_saved *saved;
     size_t saved_count;
     uint64_t sleeps, wakes;
 } pool_sleep;
+
+/* The pinned host bytes the buffers hold together. */
+static inline size_t sleep_host_bytes(const pool_sleep *z)
+{
+    size_t sum = 0;
+    for (unsigned i = 0; i < z->host_count; i++)
+        sum += z->host[i].bytes;
+    return sum;
+}
 
 /* The pool's parts, each owned by one module: only its owner writes it, and the files that
  * read it are listed in tests/docs/layers.sh (FIELDS), which fails on any other. */

@@ -302,25 +302,11 @@ static void sweep(bool host, bool wake)
                     fault_kind_str((fault_kind)k));
 }
 
-static uint64_t pool_calls(fx *f, gm_call k)
+static gm_stats stats_of(fx *f)
 {
     gm_stats s;
     REQUIRE_OK(gm_pool_stats(f->pool, &s));
-    return s.device_calls[k];
-}
-
-static unsigned host_buffers(fx *f)
-{
-    gm_stats s;
-    REQUIRE_OK(gm_pool_stats(f->pool, &s));
-    return s.sleep_host_buffers;
-}
-
-static size_t host_bytes(fx *f)
-{
-    gm_stats s;
-    REQUIRE_OK(gm_pool_stats(f->pool, &s));
-    return s.sleep_host_bytes;
+    return s;
 }
 
 /* gm_pool_sleep_prepare's device calls failed: pinning (no buffer is kept), and replacing
@@ -337,10 +323,10 @@ static void prepare_faults(void)
     CHECK(st != GM_OK);
     check_failure(&f, st);
     CHECK_STR_CONTAINS(gm_last_error(f.pool), "gm_pool_sleep_prepare: no pinned host memory");
-    CHECK_EQ_U(host_bytes(&f), 0);
+    CHECK_EQ_U(stats_of(&f).sleep_host_bytes, 0);
     check_pool(&f);
     CHECK_OK(gm_pool_sleep_prepare(f.pool, "weights"));
-    CHECK(host_bytes(&f) > 0);
+    CHECK(stats_of(&f).sleep_host_bytes > 0);
     /* A kept state that grows: a prepare adds one buffer for what the others leave over (none
      * is freed) until SLEEP_HOST_BUFS (8) are held; a growth past that replaces them by one:
      * its synchronization, its frees, its pinning failed in turn, each from 8 buffers. */
@@ -351,19 +337,19 @@ static void prepare_faults(void)
     for (int i = 0; i < 3; i++) {
         void *extra[EXTRA];
         int n = 0;
-        while (host_buffers(&f) < 8 && n < EXTRA - 1) {
-            uint64_t frees = pool_calls(&f, GM_CALL_HOST_FREE);
-            unsigned bufs = host_buffers(&f);
-            size_t held = host_bytes(&f);
+        while (stats_of(&f).sleep_host_buffers < 8 && n < EXTRA - 1) {
+            uint64_t frees = stats_of(&f).device_calls[GM_CALL_HOST_FREE];
+            unsigned bufs = stats_of(&f).sleep_host_buffers;
+            size_t held = stats_of(&f).sleep_host_bytes;
             extra[n++] = alloc_tagged(&f, "extra", 2 * MiB + 4 * KiB, 0); /* past a tail */
             CHECK_OK(gm_pool_sleep_prepare(f.pool, "weights,extra"));
-            CHECK_LE_U(host_buffers(&f), bufs + 1);
-            CHECK_EQ_U(pool_calls(&f, GM_CALL_HOST_FREE), frees);
-            CHECK_GE_U(host_bytes(&f), held);
+            CHECK_LE_U(stats_of(&f).sleep_host_buffers, bufs + 1);
+            CHECK_EQ_U(stats_of(&f).device_calls[GM_CALL_HOST_FREE], frees);
+            CHECK_GE_U(stats_of(&f).sleep_host_bytes, held);
         }
-        CHECK_EQ_U(host_buffers(&f), 8);
+        CHECK_EQ_U(stats_of(&f).sleep_host_buffers, 8);
         extra[n++] = alloc_tagged(&f, "extra", 6 * MiB, 0); /* no buffer has room for it */
-        size_t before = host_bytes(&f);
+        size_t before = stats_of(&f).sleep_host_bytes;
         fault_backend_kinds(f.dev, FAULT_BIT(fail[i]));
         fault_backend_set(f.dev, 1, false);
         st = gm_pool_sleep_prepare(f.pool, "weights,extra");
@@ -373,20 +359,20 @@ static void prepare_faults(void)
         check_failure(&f, st);
         CHECK_STR_CONTAINS(gm_last_error(f.pool), said[i]);
         if (fail[i] == FAULT_STREAM_SYNC) { /* nothing freed */
-            CHECK_EQ_U(host_bytes(&f), before);
-            CHECK_EQ_U(host_buffers(&f), 8);
+            CHECK_EQ_U(stats_of(&f).sleep_host_bytes, before);
+            CHECK_EQ_U(stats_of(&f).sleep_host_buffers, 8);
         } else if (fail[i] == FAULT_HOST_FREE) { /* the first free refused: that one stays */
-            CHECK_EQ_U(host_buffers(&f), 1);
+            CHECK_EQ_U(stats_of(&f).sleep_host_buffers, 1);
         } else { /* freed, none pinned: the next sleep pins */
-            CHECK_EQ_U(host_bytes(&f), 0);
+            CHECK_EQ_U(stats_of(&f).sleep_host_bytes, 0);
         }
         check_pool(&f);
         CHECK_OK(gm_pool_sleep_prepare(f.pool, "weights,extra"));
-        CHECK_GE_U(host_bytes(&f), 3 * MiB + 4096 + 300 * KiB + 6 * MiB);
+        CHECK_GE_U(stats_of(&f).sleep_host_bytes, 3 * MiB + 4096 + 300 * KiB + 6 * MiB);
         for (int k = 0; k < n; k++)
             REQUIRE_OK(gm_free(f.pool, extra[k], f.s[0]));
         CHECK_OK(gm_pool_sleep_prepare(f.pool, "nobody")); /* keeping nothing: all go */
-        CHECK_EQ_U(host_buffers(&f), 0);
+        CHECK_EQ_U(stats_of(&f).sleep_host_buffers, 0);
         CHECK_OK(gm_pool_sleep_prepare(f.pool, "weights"));
     }
     check_all(&f, false);
