@@ -298,6 +298,12 @@ typedef struct gm_config {
     unsigned vmm_run_pages;   /* most pages one device call creates and maps (1..16); 0 = 16.
                                  1 = page by page: the tightest memory, the most device calls
                                  (docs/benchmarks.md, "VMM pages in runs") */
+    unsigned vmm_run_scale;   /* a new run holds at most 1/vmm_run_scale of the pages the pool
+                                 holds with it (at least a page, at least a 48th of the pages a
+                                 block needs mapped, at most vmm_run_pages); 0 = 768. Pools
+                                 under 1.5 GiB map page by page, pools of 24 GiB and more in
+                                 runs of vmm_run_pages (docs/architecture.md, "Run length").
+                                 1 = runs of vmm_run_pages at any size (before 2026-12-06) */
     int vmm_mapped_first;     /* nonzero: a block goes on free pages that are mapped already
                                  when a free block holds such a stretch it fits (fewer device
                                  calls; tlsf only; docs/architecture.md, "VMM pages") */

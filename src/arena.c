@@ -118,10 +118,13 @@ __attribute__((noinline)) gm_status arena_alloc_plain_miss_locked(gm_pool *pool,
 
 /* gm_config.vmm_mapped_first: best fit among the mapped stretches ("holes") of the first
  * MAPPED_FIRST_SCAN free blocks that can hold the request, smallest size classes first,
- * stopping at blocks over 4x the best hole found; NULL if none holds it (the strategy's best
- * fit follows, on unmapped pages). Placing on pages that are mapped already makes no device
- * call, where best fit by address often lands on unmapped pages and recycles or creates
- * memory (each call 7-140 us of host time on an H200). docs/benchmarks.md, "Mapped-first". */
+ * stopping at blocks over 4x the best hole found. When none holds it, the block goes where it
+ * covers the most mapped pages among the same blocks (vmm_most_mapped), so that the fewest
+ * pages are left to map; NULL if none of them has a mapped page (the strategy's best fit
+ * follows). Placing on pages that are mapped already makes no device call, where best fit by
+ * address often lands on unmapped pages and recycles or creates memory (each call 7-140 us of
+ * host time on an H200). docs/benchmarks.md, "Mapped-first"; docs/architecture.md, "Run
+ * length". */
 enum { MAPPED_FIRST_SCAN = 64 };
 typedef struct hole_search {
     const gm_arena *a;
@@ -143,12 +146,28 @@ static bool hole_visit(gm_block *b, void *arg)
     return h->best != h->granted; /* an exact fit ends the search */
 }
 
+static bool most_visit(gm_block *b, void *arg)
+{
+    hole_search *h = arg; /* best: the most mapped bytes covered so far */
+    size_t off = 0, bytes = vmm_most_mapped(h->a, b, h->granted, &off);
+    if (bytes > h->best) {
+        h->best = bytes;
+        h->off = off;
+        h->block = b;
+    }
+    return true;
+}
+
 static gm_block *take_on_mapped_pages(gm_pool *pool, gm_arena *a, size_t granted)
 {
     if (!a->ops->visit_free || !a->ops->take_within || !a->mapped_pages)
         return NULL;
     hole_search h = {a, granted, SIZE_MAX, 0, NULL};
     a->ops->visit_free(a, granted, MAPPED_FIRST_SCAN, hole_visit, &h);
+    if (!h.block) {
+        h.best = 0;
+        a->ops->visit_free(a, granted, MAPPED_FIRST_SCAN, most_visit, &h);
+    }
     return h.block ? a->ops->take_within(&pool->strat, a, h.block, h.off, granted) : NULL;
 }
 

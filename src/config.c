@@ -96,6 +96,8 @@ typedef enum key_type {
       "VMM: virtual range of each arena of the first stream; other streams' grow up to it")    \
     X("vmm_run_pages", K_UNSIGNED, vmm_run_pages, "16",                                         \
       "VMM: most pages one device call creates and maps (1-16); 1 = page by page, tightest")   \
+    X("vmm_run_scale", K_UNSIGNED, vmm_run_scale, "768",                                        \
+      "VMM: a new run holds at most 1/N of the reserved bytes (small pools: page by page)")    \
     X("vmm_mapped_first", K_BOOL, vmm_mapped_first, "false",                                    \
       "VMM: place a block on free pages already mapped first (fewer device calls; tlsf)")       \
     X("vmm_unmap_thread", K_BOOL, vmm_unmap_thread, "false",                                    \

@@ -53,6 +53,7 @@ static const field_default DEFAULTS[] = {
     DEF(F_SIZE, growth_min, 64 * MIB),
     DEF(F_SIZE, growth_max, 1024 * MIB),
     DEF(F_UNSIGNED, vmm_run_pages, VMM_RUN_PAGES),
+    DEF(F_UNSIGNED, vmm_run_scale, VMM_RUN_SCALE),
     DEF(F_SIZE, cache_small_max, 1 * MIB),
     DEF(F_SIZE, cache_large_min, 16 * MIB),
     DEF(F_DOUBLE, cache_approx_ratio, 0.125),

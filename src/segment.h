@@ -26,6 +26,9 @@ const vmm_range *vmm_range_of(const gm_arena *a, uintptr_t addr);
  * `granted` bytes and is smaller than `below` (its size, or SIZE_MAX; its offset in *off). */
 size_t vmm_best_hole(const gm_arena *a, const gm_block *b, size_t granted, size_t below,
                      size_t *off);
+/* gm_config.vmm_mapped_first, when no mapped stretch of free block b holds `granted` bytes:
+ * the most mapped bytes a block of that size placed in b covers (0: none), its offset in *off. */
+size_t vmm_most_mapped(const gm_arena *a, const gm_block *b, size_t granted, size_t *off);
 /* gm_trim: release every range of VMM arena a when none of its pages is mapped. */
 void vmm_release_ranges_locked(gm_pool *pool, gm_arena *a);
 /* Give wholly free span s back to the device; when the device call fails nothing changes and

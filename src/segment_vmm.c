@@ -97,6 +97,89 @@ size_t vmm_best_hole(const gm_arena *a, const gm_block *b, size_t granted, size_
     return found;
 }
 
+/* Where `granted` bytes in free block b of VMM arena a cover the most mapped bytes, for a
+ * request that no mapped stretch of b holds (vmm_best_hole found none): the mapped bytes
+ * covered (0: b has no mapped page below its range's high-water mark), the offset into b in
+ * *off. The bytes covered, as a function of where the block begins, are piecewise linear with
+ * their maximum where the block begins with a mapped stretch or ends with one (between two
+ * such places they only rise or only fall), so those places are the candidates; ties keep the
+ * lowest. The first MOST_STRETCHES stretches of b are looked at. O(runs and unmapped pages of
+ * b below the high-water mark + stretches x log stretches). */
+enum { MOST_STRETCHES = 64 };
+
+/* Bytes of sorted, disjoint stretches [s[i], e[i]) within [x, y); sum[i] = bytes of the first
+ * i stretches. */
+static size_t mapped_within(const uintptr_t *s, const uintptr_t *e, const size_t *sum, size_t k,
+                            uintptr_t x, uintptr_t y)
+{
+    size_t lo = 0, hi = k; /* the first stretch ending after x */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (e[mid] <= x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    size_t first = lo;
+    hi = k; /* the first stretch beginning at or after y */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (s[mid] < y)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == first)
+        return 0;
+    size_t bytes = sum[lo] - sum[first];
+    if (s[first] < x)
+        bytes -= x - s[first];
+    if (e[lo - 1] > y)
+        bytes -= e[lo - 1] - y;
+    return bytes;
+}
+
+size_t vmm_most_mapped(const gm_arena *a, const gm_block *b, size_t granted, size_t *off)
+{
+    uintptr_t s[MOST_STRETCHES], e[MOST_STRETCHES];
+    size_t sum[MOST_STRETCHES + 1], k = 0, gran = (size_t)1 << a->page_shift;
+    const vmm_range *r = vmm_range_of(a, b->addr);
+    uintptr_t lo = b->addr, end = b->addr + b->size, hwm = r->base + r->hwm * gran;
+    if (end > hwm)
+        end = hwm;
+    size_t p = r->first + ((size_t)(lo - r->base) >> a->page_shift); /* vmm_page_of, r known */
+    while (lo < end && k < MOST_STRETCHES) {
+        bool mapped = a->pages[p].phys != 0;
+        size_t step = mapped ? a->pages[p].run + a->pages[a->pages[p].run].run_len - p : 1;
+        uintptr_t pe = r->base + ((p - r->first + step) << a->page_shift);
+        if (pe > end)
+            pe = end;
+        if (mapped && k && e[k - 1] == lo) {
+            e[k - 1] = pe; /* runs side by side: one stretch */
+        } else if (mapped) {
+            s[k] = lo;
+            e[k++] = pe;
+        }
+        p += step;
+        lo = pe;
+    }
+    sum[0] = 0;
+    for (size_t i = 0; i < k; i++)
+        sum[i + 1] = sum[i] + (e[i] - s[i]);
+    uintptr_t first = b->addr, last = b->addr + b->size - granted; /* where the block may begin */
+    size_t best = 0;
+    for (size_t i = 0; i < 2 * k; i++) {
+        uintptr_t x = i % 2 ? e[i / 2] - (granted < e[i / 2] ? granted : e[i / 2]) : s[i / 2];
+        x = x < first ? first : x > last ? last : x;
+        size_t bytes = mapped_within(s, e, sum, k, x, x + granted);
+        if (bytes > best) {
+            best = bytes;
+            *off = x - b->addr;
+        }
+    }
+    return best;
+}
+
 static void idle_push(gm_arena *a, size_t p)
 {
     vmm_page *pg = &a->pages[p];
@@ -511,6 +594,23 @@ static gm_status run_create(gm_pool *pool, gm_arena *a, size_t p, size_t n)
     return GM_OK;
 }
 
+/* The longest new run for a stretch of `stretch` unmapped pages, n of them still without
+ * memory (docs/architecture.md, "Run length"): at most 1/vmm_run_scale of the pages the pool
+ * holds with them, or a VMM_RUN_STRETCH_SHARE-th of the stretch if that is more; at least a
+ * page, at most vmm_run_pages (vmm_run_scale 1: vmm_run_pages). The free pages of a run that a
+ * live block still touches cannot go back (a run is unmapped whole), so bounding a run by the
+ * pool's size bounds that slack as a share of the pool, whatever the pool's size; the pages of
+ * one large block fill its runs until it is freed, so its stretch may take longer ones. */
+static size_t run_cap(const gm_pool *pool, size_t n, size_t stretch)
+{
+    size_t max = pool->cfg.vmm_run_pages;
+    size_t cap = (pool->counters.reserved_bytes / pool->granularity + n) /
+                 pool->cfg.vmm_run_scale;
+    if (cap < stretch / VMM_RUN_STRETCH_SHARE)
+        cap = stretch / VMM_RUN_STRETCH_SHARE;
+    return cap < 1 ? 1 : cap < max ? cap : max;
+}
+
 /* Whether pages [p, p + n) of arena a get a new run rather than one recycled from elsewhere:
  * recycling took a page's run away while the program's peak stood where it stands now, and the
  * program wants the page again, so it repeats itself, and a run taken from elsewhere would be
@@ -525,19 +625,20 @@ static bool repeat_keeps(const gm_pool *pool, const gm_arena *a, size_t p, size_
         again = a->pages[q].given_at == now;
     if (!again)
         return false;
-    size_t len = n < pool->cfg.vmm_run_pages ? n : pool->cfg.vmm_run_pages;
+    size_t cap = run_cap(pool, n, n), len = n < cap ? n : cap;
     return pool->counters.reserved_bytes + len * pool->granularity <= peak + peak / 64;
 }
 
 /* Pages [p, p + n) of arena a, unmapped, get memory. Recycling first (every release policy but
  * ON_OOM): idle runs of up to n + room pages are moved there (room: unmapped, unused pages
  * right after the stretch, which a longer run may cover), cached blocks evicted to make some;
- * then new runs of at most VMM_RUN_PAGES for the rest; a stretch the program wants again in
+ * then new runs of at most run_cap pages for the rest; a stretch the program wants again in
  * its steady state gets a new run at once (repeat_keeps). ON_OOM creates first and recycles
  * only at the limit. */
 static gm_status stretch_fill(gm_pool *pool, gm_arena *a, size_t p, size_t n, size_t room)
 {
     bool recycle = pool->cfg.release != GM_RELEASE_ON_OOM;
+    size_t stretch = n;
     while (n) {
         bool keep = recycle && repeat_keeps(pool, a, p, n);
         while (recycle && !keep && n) {
@@ -556,7 +657,7 @@ static gm_status stretch_fill(gm_pool *pool, gm_arena *a, size_t p, size_t n, si
         }
         if (!n)
             break;
-        size_t len = n < pool->cfg.vmm_run_pages ? n : pool->cfg.vmm_run_pages;
+        size_t cap = run_cap(pool, n, stretch), len = n < cap ? n : cap;
         gm_status st = run_create(pool, a, p, len);
         if (st == GM_ERR_OUT_OF_MEMORY && !recycle) {
             recycle = true; /* at the limit: recycle, then try again */
@@ -570,14 +671,15 @@ static gm_status stretch_fill(gm_pool *pool, gm_arena *a, size_t p, size_t n, si
     return GM_OK;
 }
 
-/* Unmapped, unused pages right after page `last` of arena a, in its range: at most max. */
-/* Unmapped pages past a block that a new or recycled run may also cover: a quarter of the
- * longest run, at most VMM_RUN_ROOM (none page by page). */
+/* Unmapped pages past a block that a recycled run may also cover: a quarter of the longest
+ * new run the pool's size allows (run_cap), at most VMM_RUN_ROOM (none page by page). */
 static size_t vmm_room(const gm_pool *pool)
 {
-    size_t room = pool->cfg.vmm_run_pages / 4;
+    size_t room = run_cap(pool, 0, 0) / 4;
     return room < VMM_RUN_ROOM ? room : VMM_RUN_ROOM;
 }
+
+/* Unmapped, unused pages right after page `last` of arena a, in its range: at most max. */
 
 static size_t stretch_room(const gm_arena *a, size_t last, size_t max)
 {

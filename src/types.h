@@ -175,8 +175,10 @@ typedef struct vmm_page {
     uint32_t run, run_len, run_busy;
     uint32_t run_prev, run_next; /* first page of an idle run: links of its arena's list */
 } vmm_page;
-/* The most pages a run holds (segment.c, "runs"): 16 x 2 MiB on an H200. */
-enum { VMM_RUN_PAGES = 16, VMM_RUN_ROOM = 4 };
+/* The most pages a run holds (segment.c, "runs"): 16 x 2 MiB on an H200. A new run holds at
+ * most 1/VMM_RUN_SCALE of the reserved bytes (gm_config.vmm_run_scale's default), or a
+ * VMM_RUN_STRETCH_SHARE-th of the stretch it fills if that is more (segment_vmm.c, run_cap). */
+enum { VMM_RUN_PAGES = 16, VMM_RUN_ROOM = 4, VMM_RUN_SCALE = 768, VMM_RUN_STRETCH_SHARE = 48 };
 #define PAGE_NONE UINT32_MAX
 
 /* The old mapping of a recycled run (segment.c, "aliases"): the run is mapped at its new place

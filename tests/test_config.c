@@ -510,6 +510,44 @@ static void test_docs(const char *path)
     free(seen);
 }
 
+/* vmm_run_scale: a new run holds at most 1/N of the pages the pool holds with it, or a 48th of
+ * the stretch it fills if that is more (2 MiB pages on the sim). 8 MiB, then 1 GiB, then 8 MiB
+ * into an empty pool: at the default (768) the small blocks map page by page, 4 creates each
+ * ((0 + 4) / 768 and (516 + 4) / 768 are under a page), and the large one in runs of 10 pages
+ * (512 / 48; 51 of them and one of 2): 4 + 52 + 4 creates; at 64 the last small block is one
+ * run ((516 + 4) / 64 = 8 pages): 4 + 52 + 1; at 1 each stretch is one run of up to 16 pages:
+ * 1 + 32 + 1. */
+static void test_vmm_run_scale(void)
+{
+    static const char *scale[] = {NULL, "64", "1"};
+    static const uint64_t creates[][3] = {{4, 56, 60}, {4, 56, 57}, {1, 33, 34}};
+    for (size_t i = 0; i < 3; i++) {
+        gm_config cfg = {.segments = GM_SEGMENTS_VMM};
+        if (scale[i])
+            REQUIRE_OK(gm_config_set(&cfg, "vmm_run_scale", scale[i]));
+        gm_backend *dev;
+        gm_pool *pool;
+        REQUIRE_OK(gm_sim_backend_create(NULL, &dev));
+        REQUIRE_OK(gm_pool_create(dev, &cfg, &pool));
+        static const size_t sizes[] = {8 * MiB, 1024 * MiB, 8 * MiB};
+        void *p[3];
+        for (size_t j = 0; j < 3; j++) {
+            CHECK_OK(gm_alloc(pool, sizes[j], NULL, &p[j]));
+            gm_stats s;
+            CHECK_OK(gm_pool_stats(pool, &s));
+            CHECK_EQ_U(s.device_calls[GM_CALL_PHYS_CREATE], creates[i][j]);
+        }
+        gm_stats s;
+        CHECK_OK(gm_pool_stats(pool, &s));
+        CHECK_EQ_U(s.reserved_bytes, 1040 * MiB); /* never more than the blocks' pages */
+        for (size_t j = 0; j < 3; j++)
+            CHECK_OK(gm_free(pool, p[j], NULL));
+        CHECK_OK(gm_pool_check(pool));
+        gm_pool_destroy(pool);
+        gm_backend_destroy(dev);
+    }
+}
+
 /* vmm_run_pages: how many pages one device call creates; 17 is refused. */
 static void test_vmm_run_pages(void)
 {
@@ -524,7 +562,8 @@ static void test_vmm_run_pages(void)
         gm_pool *pool;
         void *p;
         REQUIRE_OK(gm_sim_backend_create(NULL, &dev));
-        gm_config cfg = {.segments = GM_SEGMENTS_VMM, .vmm_run_pages = runs[i]};
+        gm_config cfg = {.segments = GM_SEGMENTS_VMM, .vmm_run_pages = runs[i],
+                         .vmm_run_scale = 1}; /* runs at any pool size */
         REQUIRE_OK(gm_pool_create(dev, &cfg, &pool));
         CHECK_OK(gm_alloc(pool, 8 * MiB, NULL, &p));
         gm_stats s;
@@ -685,6 +724,7 @@ int main(int argc, char **argv)
     test_get_and_format();
     test_resolve();
     test_vmm_run_pages();
+    test_vmm_run_scale();
     test_trace_for_device();
     test_double_round_trip();
     test_size_rounding_to_zero();

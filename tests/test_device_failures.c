@@ -466,6 +466,7 @@ static void test_peer_grant_fails(bool unmap_fails, bool recycle)
     REQUIRE_OK(gm_sim_stream_create(sim[0], &s1));
     gm_config cfg = config_of(GM_SEGMENTS_VMM);
     cfg.cache_disable = 1; /* a freed block's pages go idle at once */
+    cfg.vmm_run_scale = 1; /* a request's two pages: one run, one map, one grant */
     gm_pool *p = pool_new(f, &cfg);
     REQUIRE_OK(gm_pool_enable_peer_access(p, peer));
     void *a = NULL, *b = NULL;

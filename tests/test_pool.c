@@ -613,6 +613,7 @@ static void test_vmm_pages(void)
     cfg.segments = GM_SEGMENTS_VMM;
     cfg.vmm_reserve_bytes = 256 * MiB;
     cfg.cache_disable = 1; /* a freed block drops its pages at once */
+    cfg.vmm_run_scale = 1; /* runs as long as a stretch (up to 16 pages) at any pool size */
     gm_pool *p = pool_new(be, &cfg);
     void *a, *b, *c;
     void *d;
