@@ -668,6 +668,52 @@ static void test_vmm_pages(void)
     gm_backend_destroy(be);
 }
 
+/* vmm_mapped_first when no mapped stretch holds the request: the block goes where it covers the
+ * most mapped pages, not on the best fit by size. a (14 MiB, pages 0-6) is freed and trimmed
+ * (unmapped), b (12 MiB, pages 8-13) freed and left mapped: a 14 MiB request finds an exact free
+ * block at 0 with nothing mapped, and the free block from 16 MiB on whose first 12 MiB are
+ * mapped. Placed at b's address it needs one new page (a create and a map); without
+ * mapped-first best fit takes the exact block, whose seven pages get b's idle run moved there
+ * (an unmap and a map) and one new page. */
+static void test_vmm_most_mapped(void)
+{
+    for (int mapped_first = 1; mapped_first >= 0; mapped_first--) {
+        gm_backend *be = sim_new(256 * MiB, 0, 0);
+        gm_config cfg = {0};
+        cfg.segments = GM_SEGMENTS_VMM;
+        cfg.vmm_reserve_bytes = 256 * MiB;
+        cfg.cache_disable = 1;
+        cfg.vmm_run_scale = 1; /* a block's pages in one run */
+        cfg.vmm_mapped_first = mapped_first;
+        gm_pool *p = pool_new(be, &cfg);
+        void *a, *g, *b, *c;
+        CHECK_OK(gm_alloc(p, 14 * MiB, NULL, &a));
+        CHECK_OK(gm_alloc(p, 2 * MiB, NULL, &g)); /* keeps the two free blocks apart */
+        CHECK_OK(gm_alloc(p, 12 * MiB, NULL, &b));
+        CHECK((char *)b == (char *)a + 16 * MiB);
+        CHECK_OK(gm_free(p, a, NULL));
+        CHECK_OK(gm_trim(p, 0)); /* a's pages unmapped: 14 MiB reserved (g, b) */
+        CHECK_OK(gm_free(p, b, NULL));
+        gm_stats st = {0};
+        CHECK_OK(gm_pool_stats(p, &st));
+        CHECK_EQ_U(st.reserved_bytes, 14 * MiB);
+        uint64_t creates = st.device_calls[GM_CALL_PHYS_CREATE];
+        uint64_t maps = st.device_calls[GM_CALL_MAP], unmaps = st.device_calls[GM_CALL_UNMAP];
+        CHECK_OK(gm_alloc(p, 14 * MiB, NULL, &c));
+        CHECK_OK(gm_pool_stats(p, &st));
+        CHECK(c == (mapped_first ? b : a));
+        CHECK_EQ_U(st.device_calls[GM_CALL_PHYS_CREATE], creates + 1);
+        CHECK_EQ_U(st.device_calls[GM_CALL_MAP], maps + (mapped_first ? 1 : 2));
+        CHECK_EQ_U(st.device_calls[GM_CALL_UNMAP], unmaps + (mapped_first ? 0 : 1));
+        CHECK_EQ_U(st.reserved_bytes, 16 * MiB);
+        CHECK_OK(gm_pool_check(p));
+        CHECK_OK(gm_free(p, c, NULL));
+        CHECK_OK(gm_free(p, g, NULL));
+        CHECK_OK(gm_pool_destroy(p));
+        gm_backend_destroy(be);
+    }
+}
+
 /* GM_GROWTH_GEOMETRIC (the default): shared segments grow with what the pool reserves. */
 static void test_geometric_growth(void)
 {
@@ -959,6 +1005,7 @@ int main(void)
     test_snapshot();
     test_streams();
     test_vmm_pages();
+    test_vmm_most_mapped();
     test_vmm_mapped_first(0);
     test_vmm_mapped_first(1);
     test_vmm_recycle_across();
