@@ -5,7 +5,8 @@
 # Installs the package into the Python that has torch first (gpumem modes need it).
 # usage: bench/corpus_steps.sh OUT_DIR [WORKLOAD:STEPS,...]
 #   MODES: default,expandable,gpumem (default); a mode gpumem=CONF runs gpumem with GPUMEM_CONF
-#   set to CONF (commas inside CONF as ';'); ROUNDS: 3; PER_RUN_S: 120; PYTHON: python3.
+#   set to CONF (commas inside CONF as ';'); ROUNDS: 3; PER_RUN_S: 120; PYTHON: python3;
+#   NO_INSTALL=1: the package is installed already.
 set -u
 OUT=${1:?usage: bench/corpus_steps.sh OUT_DIR [WORKLOAD:STEPS,...]}
 WL=${2:-tiny_cnn_train:300,dyn_mlp_infer:600,lstm_train:200}
@@ -16,7 +17,8 @@ IFS=, read -r -a modes <<<"${MODES:-default,expandable,gpumem}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC') $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
-(cd "$ROOT" && "$PY" -m pip install --no-build-isolation --no-deps . >"$OUT/pip.log" 2>&1) ||
+[ -n "${NO_INSTALL:-}" ] ||
+    (cd "$ROOT" && "$PY" -m pip install --no-build-isolation --no-deps . >"$OUT/pip.log" 2>&1) ||
     { echo "pip install failed: $OUT/pip.log"; exit 1; }
 n=${#modes[@]}
 for ((r = 0; r < ROUNDS; r++)); do
