@@ -97,7 +97,7 @@ typedef enum key_type {
     X("vmm_run_pages", K_UNSIGNED, vmm_run_pages, "16",                                         \
       "VMM: most pages one device call creates and maps (1-16); 1 = page by page, tightest")   \
     X("vmm_run_scale", K_UNSIGNED, vmm_run_scale, "768",                                        \
-      "VMM: a new run holds at most 1/N of the reserved bytes (small pools: page by page)")    \
+      "VMM: a new run is at most 1/N of the pool or a 48th of its stretch (1 = 16 pages)")     \
     X("vmm_mapped_first", K_BOOL, vmm_mapped_first, "false",                                    \
       "VMM: place a block on free pages already mapped first (fewer device calls; tlsf)")       \
     X("vmm_unmap_thread", K_BOOL, vmm_unmap_thread, "false",                                    \
