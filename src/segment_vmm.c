@@ -18,8 +18,9 @@
  *     reserved bytes (VMM)        ==  physical pages held x granularity
  *
  * Physical memory comes in runs: contiguous pages with one handle and one mapping (one create,
- * one map + set-access per run of at most VMM_RUN_PAGES), unmapped and released only whole;
- * page.run names a page's run, whose first page counts its pages in use (run_busy). Growth
+ * one map + set-access per run of at most VMM_RUN_PAGES; a new run at most 1/vmm_run_scale of
+ * the pool, run_cap), unmapped and released only whole; page.run names a page's run, whose
+ * first page counts its pages in use (run_busy). Growth
  * never overshoots what the request needs. Under GM_RELEASE_BEFORE_GROW an idle run (no page
  * in use) anywhere in the pool is unmapped and mapped where it is needed, so reserved memory
  * grows only when no held run that fits is idle ("recycling"); under ON_OOM that happens only
