@@ -59,30 +59,54 @@ size_t vmm_page_of(const gm_arena *a, uintptr_t addr)
     return r->first + ((size_t)(addr - r->base) >> a->page_shift);
 }
 
+/* A walk over the pages of free block b of VMM arena a, up to its range's high-water mark
+ * (nothing above it was ever mapped): each step is a mapped page's whole run (a run is mapped
+ * whole) or one unmapped page. O(runs and unmapped pages of b below the high-water mark). */
+typedef struct page_walk {
+    const gm_arena *a;
+    const vmm_range *r;
+    size_t p;          /* the next step's first page */
+    uintptr_t at, end; /* the next step's address; where the walk ends */
+} page_walk;
+
+static page_walk page_walk_of(const gm_arena *a, const gm_block *b)
+{
+    const vmm_range *r = vmm_range_of(a, b->addr);
+    uintptr_t end = b->addr + b->size, hwm = r->base + (r->hwm << a->page_shift);
+    return (page_walk){a, r, r->first + ((size_t)(b->addr - r->base) >> a->page_shift), b->addr,
+                       end < hwm ? end : hwm};
+}
+
+/* The next step [*from, returned end) and whether it is mapped; false when the walk is done. */
+static bool page_walk_next(page_walk *w, uintptr_t *from, uintptr_t *to, bool *mapped)
+{
+    if (w->at >= w->end)
+        return false;
+    const vmm_page *pg = &w->a->pages[w->p];
+    *mapped = pg->phys != 0;
+    size_t step = *mapped ? pg->run + w->a->pages[pg->run].run_len - w->p : 1;
+    uintptr_t pe = w->r->base + ((w->p - w->r->first + step) << w->a->page_shift);
+    *from = w->at;
+    *to = pe < w->end ? pe : w->end;
+    w->p += step;
+    w->at = *to;
+    return true;
+}
+
 /* The best mapped stretch ("hole") of free block b of VMM arena a for `granted` bytes: the
  * smallest stretch of b on mapped pages that holds `granted` and is smaller than `below`. Its
  * size, or SIZE_MAX if none; its offset into b in *off, moved to its end when the hole ends with
  * b but does not begin with it (the block then lies against b's live neighbour and what stays
- * free stays in one piece). O(runs and unmapped pages of b below the range's high-water mark):
- * a mapped page's whole run is mapped and is stepped over at once. */
+ * free stays in one piece). O(the walk over b: page_walk). */
 size_t vmm_best_hole(const gm_arena *a, const gm_block *b, size_t granted, size_t below,
                      size_t *off)
 {
-    size_t gran = (size_t)1 << a->page_shift, found = SIZE_MAX;
-    const vmm_range *r = vmm_range_of(a, b->addr);
-    uintptr_t lo = b->addr, end = b->addr + b->size, hwm = r->base + r->hwm * gran;
-    if (end > hwm)
-        end = hwm; /* nothing above it was ever mapped */
-    uintptr_t hole = lo;
-    size_t p = r->first + ((size_t)(lo - r->base) >> a->page_shift); /* vmm_page_of, r known */
-    while (lo < end) {
-        bool mapped = a->pages[p].phys != 0;
-        size_t step = mapped ? a->pages[p].run + a->pages[a->pages[p].run].run_len - p : 1;
-        uintptr_t pe = r->base + ((p - r->first + step) << a->page_shift);
-        if (pe > end)
-            pe = end;
-        p += step;
-        if (!mapped || pe == end) { /* the hole [hole, he) ends here */
+    size_t found = SIZE_MAX;
+    page_walk w = page_walk_of(a, b);
+    uintptr_t hole = b->addr, lo, pe;
+    bool mapped;
+    while (page_walk_next(&w, &lo, &pe, &mapped)) {
+        if (!mapped || pe == w.end) { /* the hole [hole, he) ends here */
             uintptr_t he = mapped ? pe : lo;
             size_t hs = he - hole;
             if (hs >= granted && hs < below && hs < found) {
@@ -93,7 +117,6 @@ size_t vmm_best_hole(const gm_arena *a, const gm_block *b, size_t granted, size_
             }
             hole = pe;
         }
-        lo = pe;
     }
     return found;
 }
@@ -104,8 +127,8 @@ size_t vmm_best_hole(const gm_arena *a, const gm_block *b, size_t granted, size_
  * *off. The bytes covered, as a function of where the block begins, are piecewise linear with
  * their maximum where the block begins with a mapped stretch or ends with one (between two
  * such places they only rise or only fall), so those places are the candidates; ties keep the
- * lowest. The first MOST_STRETCHES stretches of b are looked at. O(runs and unmapped pages of
- * b below the high-water mark + stretches x log stretches). */
+ * lowest. The first MOST_STRETCHES stretches of b are looked at. O(the walk over b: page_walk,
+ * + stretches x log stretches). */
 enum { MOST_STRETCHES = 64 };
 
 /* Bytes of sorted, disjoint stretches [s[i], e[i]) within [x, y); sum[i] = bytes of the first
@@ -142,27 +165,17 @@ static size_t mapped_within(const uintptr_t *s, const uintptr_t *e, const size_t
 
 size_t vmm_most_mapped(const gm_arena *a, const gm_block *b, size_t granted, size_t *off)
 {
-    uintptr_t s[MOST_STRETCHES], e[MOST_STRETCHES];
-    size_t sum[MOST_STRETCHES + 1], k = 0, gran = (size_t)1 << a->page_shift;
-    const vmm_range *r = vmm_range_of(a, b->addr);
-    uintptr_t lo = b->addr, end = b->addr + b->size, hwm = r->base + r->hwm * gran;
-    if (end > hwm)
-        end = hwm;
-    size_t p = r->first + ((size_t)(lo - r->base) >> a->page_shift); /* vmm_page_of, r known */
-    while (lo < end && k < MOST_STRETCHES) {
-        bool mapped = a->pages[p].phys != 0;
-        size_t step = mapped ? a->pages[p].run + a->pages[a->pages[p].run].run_len - p : 1;
-        uintptr_t pe = r->base + ((p - r->first + step) << a->page_shift);
-        if (pe > end)
-            pe = end;
+    uintptr_t s[MOST_STRETCHES], e[MOST_STRETCHES], lo, pe;
+    size_t sum[MOST_STRETCHES + 1], k = 0;
+    page_walk w = page_walk_of(a, b);
+    bool mapped;
+    while (k < MOST_STRETCHES && page_walk_next(&w, &lo, &pe, &mapped)) {
         if (mapped && k && e[k - 1] == lo) {
             e[k - 1] = pe; /* runs side by side: one stretch */
         } else if (mapped) {
             s[k] = lo;
             e[k++] = pe;
         }
-        p += step;
-        lo = pe;
     }
     sum[0] = 0;
     for (size_t i = 0; i < k; i++)
@@ -681,7 +694,6 @@ static size_t vmm_room(const gm_pool *pool)
 }
 
 /* Unmapped, unused pages right after page `last` of arena a, in its range: at most max. */
-
 static size_t stretch_room(const gm_arena *a, size_t last, size_t max)
 {
     size_t n = 0;
