@@ -304,6 +304,10 @@ typedef struct gm_config {
                                  under 1.5 GiB map page by page, pools of 24 GiB and more in
                                  runs of vmm_run_pages (docs/architecture.md, "Run length").
                                  1 = runs of vmm_run_pages at any size (before 2026-12-06) */
+    int vmm_recycle_newest;   /* nonzero: recycling moves the idle run that went idle last
+                                 (before 2026-12-07); 0: the one idle longest, which keeps a
+                                 loop's steady state from moving runs back and forth
+                                 (docs/architecture.md, "Which idle run moves") */
     int vmm_mapped_first;     /* nonzero: a block goes on free pages that are mapped already
                                  when a free block holds such a stretch it fits (fewer device
                                  calls; tlsf only; docs/architecture.md, "VMM pages") */

@@ -132,7 +132,7 @@ static gm_status vmm_range_add_locked(gm_pool *pool, gm_arena *a, size_t size)
         a->idle_head = PAGE_NONE;
         a->idle_pages = 0;
         for (size_t i = 0; i <= VMM_RUN_PAGES; i++)
-            a->idle_runs[i] = PAGE_NONE;
+            a->idle_runs[i] = a->idle_run_tails[i] = PAGE_NONE;
     }
     for (size_t i = 0; i < pages; i++)
         a->pages[a->page_count + i] = (vmm_page){.idle_prev = PAGE_NONE, .idle_next = PAGE_NONE,

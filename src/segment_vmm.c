@@ -220,8 +220,9 @@ static void idle_remove(gm_arena *a, size_t p)
 
 /* ---- runs: physical memory created, mapped, unmapped and released in runs of pages ---- */
 
-/* Idle runs (run_busy == 0) of an arena, one list per length: recycling takes the longest that
- * fits in O(VMM_RUN_PAGES). */
+/* Idle runs (run_busy == 0) of an arena, one list per length, newest first: recycling takes the
+ * longest that fits, of that length the oldest (vmm_recycle_newest: the newest), in
+ * O(VMM_RUN_PAGES). */
 static void run_idle_push(gm_arena *a, size_t h)
 {
     vmm_page *pg = &a->pages[h];
@@ -230,6 +231,8 @@ static void run_idle_push(gm_arena *a, size_t h)
     pg->run_next = *head;
     if (*head != PAGE_NONE)
         a->pages[*head].run_prev = (uint32_t)h;
+    else
+        a->idle_run_tails[pg->run_len] = (uint32_t)h;
     *head = (uint32_t)h;
     a->idle_run_count++;
     (*a->pool_idle_runs)++;
@@ -244,6 +247,8 @@ static void run_idle_remove(gm_arena *a, size_t h)
         a->idle_runs[pg->run_len] = pg->run_next;
     if (pg->run_next != PAGE_NONE)
         a->pages[pg->run_next].run_prev = pg->run_prev;
+    else
+        a->idle_run_tails[pg->run_len] = pg->run_prev;
     pg->run_prev = pg->run_next = PAGE_NONE;
     a->idle_run_count--;
     (*a->pool_idle_runs)--;
@@ -546,12 +551,16 @@ static gm_status run_release(gm_pool *pool, gm_arena *a, size_t h)
     return st == GM_OK ? phys_release(pool, phys, bytes) : st;
 }
 
-/* The longest idle run of arena a of at most max_pages pages, or PAGE_NONE. */
-static size_t idle_run_find(const gm_arena *a, size_t max_pages)
+/* The longest idle run of arena a of at most max_pages pages, of that length the one idle
+ * longest (newest: the one idle last), or PAGE_NONE. Oldest first because a run that went idle
+ * in this iteration of a loop is likely wanted where it is later in the same iteration, and
+ * moving it makes the loop move a run back (docs/architecture.md, "Which idle run moves"). */
+static size_t idle_run_find(const gm_arena *a, size_t max_pages, bool newest)
 {
+    const uint32_t *list = newest ? a->idle_runs : a->idle_run_tails;
     for (size_t len = max_pages < VMM_RUN_PAGES ? max_pages : VMM_RUN_PAGES; len; len--)
-        if (a->idle_runs[len] != PAGE_NONE)
-            return a->idle_runs[len];
+        if (list[len] != PAGE_NONE)
+            return list[len];
     return PAGE_NONE;
 }
 
@@ -563,14 +572,15 @@ static gm_status run_recycle(gm_pool *pool, gm_arena *a, size_t p, size_t max_pa
     if (vmm_aliases_any(pool)) /* old mappings whose work has finished: unmapped, no wait */
         (void)vmm_aliases_reap_locked(pool, false);
     gm_arena *from = a;
-    size_t h = a->idle_pages ? idle_run_find(a, max_pages) : PAGE_NONE;
+    bool newest = pool->cfg.vmm_recycle_newest;
+    size_t h = a->idle_pages ? idle_run_find(a, max_pages, newest) : PAGE_NONE;
     /* Other arenas only when some of them hold an idle run: a walk over every heap at each new
      * stretch of pages made a pool of thousands of streams quadratic. */
     bool elsewhere = pool->seg.vmm_idle_runs > a->idle_run_count;
     HEAPS_FOR_EACH_ARENA_WHILE(pool, i, each, h == PAGE_NONE && elsewhere) {
         from = each;
         if (from != a && from->idle_pages)
-            h = idle_run_find(from, max_pages);
+            h = idle_run_find(from, max_pages, newest);
     }
     *moved = 0;
     if (h == PAGE_NONE)
@@ -779,7 +789,7 @@ size_t pages_unmap_idle_locked(gm_pool *pool, gm_arena *a, size_t max_pages)
 {
     size_t n = 0;
     while (n < max_pages) {
-        size_t h = idle_run_find(a, SIZE_MAX);
+        size_t h = idle_run_find(a, SIZE_MAX, false);
         if (h == PAGE_NONE)
             break;
         size_t len = a->pages[h].run_len;

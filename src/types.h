@@ -249,7 +249,8 @@ struct gm_arena {
     size_t page_count, mapped_pages, page_hwm; /* hwm: highest page ever mapped + 1 */
     uint32_t idle_head;
     size_t idle_pages;
-    uint32_t idle_runs[VMM_RUN_PAGES + 1]; /* idle runs (no page in use) by length */
+    uint32_t idle_runs[VMM_RUN_PAGES + 1]; /* idle runs (no page in use) by length, newest */
+    uint32_t idle_run_tails[VMM_RUN_PAGES + 1]; /* ... and the oldest of each length */
     size_t idle_run_count;                 /* their number */
     size_t *pool_idle_runs;                /* the pool's vmm_idle_runs (arenas move, not it) */
     size_t ungranted_runs; /* runs flagged vmm_page.ungranted */

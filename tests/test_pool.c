@@ -714,6 +714,56 @@ static void test_vmm_most_mapped(void)
     }
 }
 
+/* Which idle run recycling moves: the one idle longest (vmm_recycle_newest: the one idle last).
+ * Pages 0-4 hold 2 MiB blocks x, y, z, g, t (runs of one page); t, x and z are freed in that
+ * order. A 3 MiB request fits no mapped stretch and goes where it covers the most mapped pages,
+ * t's page 4 and page 5, which takes an idle run: x's page 0, idle longer than z's page 2 (the
+ * newest: page 2). A 2 MiB request then lands on the page left mapped with no device call. */
+static void test_vmm_recycle_oldest(void)
+{
+    for (int newest = 0; newest <= 1; newest++) {
+        gm_backend *be = sim_new(256 * MiB, 0, 0);
+        gm_config cfg = {0};
+        cfg.segments = GM_SEGMENTS_VMM;
+        cfg.vmm_reserve_bytes = 256 * MiB;
+        cfg.cache_disable = 1;
+        cfg.vmm_run_pages = 1;
+        cfg.vmm_mapped_first = 1;
+        cfg.vmm_recycle_newest = newest;
+        gm_pool *p = pool_new(be, &cfg);
+        void *x, *y, *z, *g, *t, *c, *d;
+        CHECK_OK(gm_alloc(p, 2 * MiB, NULL, &x));
+        CHECK_OK(gm_alloc(p, 2 * MiB, NULL, &y));
+        CHECK_OK(gm_alloc(p, 2 * MiB, NULL, &z));
+        CHECK_OK(gm_alloc(p, 2 * MiB, NULL, &g));
+        CHECK_OK(gm_alloc(p, 2 * MiB, NULL, &t));
+        CHECK((char *)t == (char *)x + 8 * MiB);
+        CHECK_OK(gm_free(p, t, NULL));
+        CHECK_OK(gm_free(p, x, NULL));
+        CHECK_OK(gm_free(p, z, NULL));
+        gm_stats st = {0};
+        CHECK_OK(gm_pool_stats(p, &st));
+        uint64_t maps = st.device_calls[GM_CALL_MAP];
+        CHECK_OK(gm_alloc(p, 3 * MiB, NULL, &c));
+        CHECK_OK(gm_pool_stats(p, &st));
+        CHECK(c == t);
+        CHECK_EQ_U(st.reserved_bytes, 10 * MiB); /* a page moved (its old mapping goes later) */
+        CHECK_EQ_U(st.device_calls[GM_CALL_MAP], maps + 1);
+        CHECK_EQ_U(st.device_calls[GM_CALL_PHYS_CREATE], 5);
+        CHECK_OK(gm_alloc(p, 2 * MiB, NULL, &d));
+        CHECK_OK(gm_pool_stats(p, &st));
+        CHECK(d == (newest ? x : z)); /* the page that stayed mapped */
+        CHECK_EQ_U(st.device_calls[GM_CALL_MAP], maps + 1);
+        CHECK_OK(gm_pool_check(p));
+        CHECK_OK(gm_free(p, c, NULL));
+        CHECK_OK(gm_free(p, d, NULL));
+        CHECK_OK(gm_free(p, y, NULL));
+        CHECK_OK(gm_free(p, g, NULL));
+        CHECK_OK(gm_pool_destroy(p));
+        gm_backend_destroy(be);
+    }
+}
+
 /* GM_GROWTH_GEOMETRIC (the default): shared segments grow with what the pool reserves. */
 static void test_geometric_growth(void)
 {
@@ -1006,6 +1056,7 @@ int main(void)
     test_streams();
     test_vmm_pages();
     test_vmm_most_mapped();
+    test_vmm_recycle_oldest();
     test_vmm_mapped_first(0);
     test_vmm_mapped_first(1);
     test_vmm_recycle_across();
