@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""A loop's steady state on the simulated GPU: each corpus trace's iterations replayed in random
+order, many times over, so that a policy is judged where a training or serving loop spends its
+time (the corpus's traces hold 2-48 iterations; a program runs thousands).
+
+    bench/corpus_loop.py [--gpumem PATH] [--set KEY=VALUE]... [--steps N] [--seed S] [--json FILE]
+
+An iteration is a stretch of the trace between two points where only the program's lasting
+allocations are live (the fewest live allocations after its first tenth: weights, optimizer
+state); kept only when it frees everything it allocates, so that iterations can follow each
+other in any order. The loop trace is the trace up to its first such point, then N iterations
+(default 150; fewer when that passes 300,000 operations, at least twice the trace's own) drawn
+at random (seeded) from the trace's, then the trace's tail. Traces with no such iterations (a
+result cache that outlives the step, two streams whose steps overlap) are left out. Each loop
+is replayed with the PyTorch backend's settings (bench/corpus.py --as backend) plus --set; the
+report gives reserved/live and memory calls per 1,000 operations after the first quarter, per
+trace and split, with the worst and median of each split.
+"""
+import argparse
+import csv
+import gzip
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..")
+sys.path.insert(0, HERE)
+import corpus  # noqa: E402  (bench/, beside this file)
+
+MAX_OPS = 300000
+
+
+def loop_trace(src, dst, steps, seed):
+    """Writes the loop trace of src to dst; False when src has no self-contained iterations."""
+    with gzip.open(src, "rt") as f:
+        rows = list(csv.DictReader(f))
+    live, counts = set(), []
+    for r in rows:
+        (live.add if r["Action"] == "allocate" else live.discard)(r["Pointer"])
+        counts.append(len(live))
+    base = min(counts[len(counts) // 10:])
+    marks = [i for i, n in enumerate(counts) if i >= len(counts) // 40 and n == base]
+    iters = []
+    for a, b in zip(marks, marks[1:]):
+        seg, held = rows[a + 1:b + 1], set()
+        for r in seg:
+            (held.add if r["Action"] == "allocate" else held.discard)(r["Pointer"])
+        if seg and not held:
+            iters.append(seg)
+    if not iters:
+        return False
+    mean = sum(map(len, iters)) / len(iters)
+    n = max(2 * len(iters), min(steps, int(MAX_OPS // mean)))
+    rng = random.Random(seed)
+    out = rows[:marks[0] + 1] + [r for _ in range(n) for r in rng.choice(iters)] + \
+        rows[marks[-1] + 1:]
+    with gzip.open(dst, "wt", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        for i, r in enumerate(out):
+            w.writerow(dict(r, Time="%.6f" % (i * 1e-5)))
+    return True
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpumem", default=os.path.join(ROOT, "build", "tools", "gpumem", "gpumem"))
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    paths = sorted(os.path.join(ROOT, "traces", "corpus", f)
+                   for f in os.listdir(os.path.join(ROOT, "traces", "corpus"))
+                   if f.endswith(".csv.gz"))
+    split = corpus.splits(paths)
+    sets = corpus.backend_conf() + a.set
+    tmp = tempfile.mkdtemp(prefix="gpumem-loop-")
+
+    def one(p):
+        dst = os.path.join(tmp, os.path.basename(p))
+        if not loop_trace(p, dst, a.steps, a.seed):
+            return None
+        d = corpus.replay(a.gpumem, dst, sets, False)
+        os.unlink(dst)
+        ops = d["ops"]
+        return dict(trace=corpus.name_of(p), split=split[p], ops=ops,
+                    rl=d["reserved_over_live"], calls=d["memory_calls"],
+                    after_1k=d["memory_calls_after_quarter"] * 1000.0 / (ops - ops // 4))
+
+    with ThreadPoolExecutor(2) as ex:
+        rows = [r for r in ex.map(one, paths) if r]
+    os.rmdir(tmp)
+    print("loops of the corpus's iterations (%d steps, seed %d) replayed on the simulated H200 "
+          "as backend with %s" % (a.steps, a.seed, ",".join(sets)))
+    print("%-22s %-5s %8s %7s %7s %9s" % ("trace", "split", "ops", "r/l", "calls", "after/1k"))
+    for sp in ("tune", "test"):
+        rs = [r for r in rows if r["split"] == sp]
+        for r in rs:
+            print("%-22s %-5s %8d %7.4f %7d %9.2f" % (r["trace"], sp, r["ops"], r["rl"],
+                                                      r["calls"], r["after_1k"]))
+        for what, f in (("worst", max), ("median", statistics.median)):
+            print("%-22s %-5s %8s %7.4f %7d %9.2f" % (
+                "%s (%d)" % (what, len(rs)), sp, "", f(r["rl"] for r in rs),
+                f(r["calls"] for r in rs), f(r["after_1k"] for r in rs)))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
