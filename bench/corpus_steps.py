@@ -11,11 +11,13 @@ MODE: default (PyTorch's allocator), expandable (PYTORCH_CUDA_ALLOC_CONF=expanda
 set here before torch is imported), gpumem (gpumem.torch.enable() with $GPUMEM_CONF; the mode is
 labelled gpumem[CONF] when GPUMEM_CONF is set). Prints one JSON line per workload: the median,
 10th and 90th percentile step in ms, the sum of the timed steps, the host's wall time, and peak
-reserved / peak allocated (torch.cuda.max_memory_reserved / max_memory_allocated).
+reserved / peak allocated (torch.cuda.max_memory_reserved / max_memory_allocated), and for gpumem
+the backend's device calls made during the timed steps, by kind (timed_calls).
 
 The summary: per workload and mode, the median over rounds of the rounds' median steps, that
 median over default's, the spread (the rounds' lowest and highest median step over default's
-median), and reserved/allocated (the worst round's).
+median), reserved/allocated (the worst round's) and gpumem's device calls per timed step (the
+median round's).
 """
 import json
 import os
@@ -24,17 +26,25 @@ import sys
 import time
 
 
-def measure(mode, specs, warmup):
+def use_allocator(mode, tool="corpus_steps.py"):
+    """Make `mode` this process's allocator before torch is imported: (label, gpumem.torch or
+    None). default: PyTorch's; expandable: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True;
+    gpumem: gpumem.torch.enable() with $GPUMEM_CONF (labelled gpumem[CONF] when it is set)."""
     if mode == "expandable":
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    label = mode
+    label, gmt = mode, None
     if mode == "gpumem":
         import gpumem.torch as gmt
         gmt.enable()
         if os.environ.get("GPUMEM_CONF"):
             label = "gpumem[%s]" % os.environ["GPUMEM_CONF"]
     elif mode not in ("default", "expandable"):
-        sys.exit("corpus_steps.py: unknown mode %r (default, expandable or gpumem)" % mode)
+        sys.exit("%s: unknown mode %r (default, expandable or gpumem)" % (tool, mode))
+    return label, gmt
+
+
+def measure(mode, specs, warmup):
+    label, gmt = use_allocator(mode)
     import torch
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
     import corpus_workloads as cw
@@ -51,7 +61,10 @@ def measure(mode, specs, warmup):
         ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(n)]
         t0 = time.perf_counter()
+        calls0 = None
         for i in range(warmup + n):
+            if i == warmup and gmt:
+                calls0 = gmt.stats().get("device_calls", {})
             if i >= warmup:
                 ev[i - warmup][0].record()
             step(i)
@@ -60,10 +73,15 @@ def measure(mode, specs, warmup):
         torch.cuda.synchronize()
         wall = time.perf_counter() - t0
         ms = sorted(a.elapsed_time(b) for a, b in ev)
+        timed = None
+        if gmt:
+            calls1 = gmt.stats().get("device_calls", {})
+            timed = {k: v - calls0.get(k, 0) for k, v in calls1.items() if v - calls0.get(k, 0)}
         print(json.dumps({
             "mode": label, "w": name, "steps": n, "median_ms": ms[n // 2],
             "p10_ms": ms[n // 10], "p90_ms": ms[9 * n // 10], "sum_ms": sum(ms), "wall_s": wall,
-            "r_l": torch.cuda.max_memory_reserved() / max(1, torch.cuda.max_memory_allocated())}),
+            "r_l": torch.cuda.max_memory_reserved() / max(1, torch.cuda.max_memory_allocated()),
+            "timed_calls": timed}),
             flush=True)
         del step
 
@@ -74,7 +92,7 @@ def summarize(rows):
     for r in rows:
         by.setdefault(r["w"], {}).setdefault(r["mode"], []).append(r)
     out = ["workload             mode                          rounds  median ms  x default  "
-           "spread (rounds)  reserved/alloc"]
+           "spread (rounds)  reserved/alloc  calls/step"]
     for w in sorted(by):
         base = by[w].get("default")
         ref = statistics.median(r["median_ms"] for r in base) if base else None
@@ -85,8 +103,11 @@ def summarize(rows):
             med = statistics.median(meds)
             rel = "%9.3f" % (med / ref) if ref else "        -"
             spread = ("%.3f-%.3f" % (min(meds) / ref, max(meds) / ref)) if ref else "-"
-            out.append("%-20s %-29s %6d %10.3f %s  %15s  %15.3f" % (
-                w, m[:29], len(rs), med, rel, spread, max(r["r_l"] for r in rs)))
+            calls = sorted(sum(r["timed_calls"].values()) / r["steps"] for r in rs
+                           if r.get("timed_calls") is not None)
+            out.append("%-20s %-29s %6d %10.3f %s  %15s  %15.3f  %10s" % (
+                w, m[:29], len(rs), med, rel, spread, max(r["r_l"] for r in rs),
+                "%.2f" % calls[len(calls) // 2] if calls else "-"))
     return out
 
 

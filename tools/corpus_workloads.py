@@ -21,6 +21,17 @@ def _pick(g, lo, hi):
     return int(torch.randint(lo, hi + 1, (1,), generator=g))
 
 
+# Every batch size a workload draws is multiplied by this (at least 1): bench/corpus_max_batch.py
+# searches the largest scale that runs under a memory limit. The draws themselves are unchanged,
+# so at 1.0 a workload asks for exactly the sizes its trace recorded.
+BATCH_SCALE = 1.0
+
+
+def _batch(g, lo, hi):
+    """A batch size: an int in [lo, hi] from g (as _pick), times BATCH_SCALE."""
+    return max(1, round(_pick(g, lo, hi) * BATCH_SCALE))
+
+
 def _train_step(model, opt, loss_fn, scaler=None, accum=1, dtype=torch.bfloat16):
     """A training step closure: ``loss_fn(model, micro)`` under autocast(dtype) (None: fp32),
     ``accum`` micro-batches, then the optimizer."""
@@ -62,7 +73,7 @@ def bert_finetune(dev):
     run = _train_step(m, opt, lambda m, b: m(input_ids=b[0], labels=b[1]).loss)
 
     def step(i):
-        bs, sl = _pick(g, 4, 64), _pick(g, 16, 512)
+        bs, sl = _batch(g, 4, 64), _pick(g, 16, 512)
         run(lambda _: (torch.randint(0, 30522, (bs, sl), device=dev),
                        torch.randint(0, 2, (bs,), device=dev)))
     return step, 24
@@ -75,7 +86,7 @@ def bert_infer_fp16(dev):
 
     @torch.no_grad()
     def step(i):
-        bs, sl = _pick(g, 1, 128), _pick(g, 32, 384)
+        bs, sl = _batch(g, 1, 128), _pick(g, 32, 384)
         m(input_ids=torch.randint(0, 30522, (bs, sl), device=dev)).logits.float().softmax(-1)
     return step, 40
 
@@ -92,7 +103,7 @@ def bert_large_ckpt(dev):
                       dtype=torch.float16)
 
     def step(i):
-        bs, sl = _pick(g, 16, 48), _pick(g, 128, 512)
+        bs, sl = _batch(g, 16, 48), _pick(g, 128, 512)
         run(lambda _: (torch.randint(0, 30522, (bs, sl), device=dev),
                        torch.randint(0, 2, (bs,), device=dev)))
     return step, 16
@@ -119,7 +130,7 @@ def gpt2_train_accum(dev):
     run = _train_step(m, opt, _lm_loss, accum=4)
 
     def step(i):
-        shapes = [(_pick(g, 2, 8), _pick(g, 128, 1024)) for _ in range(4)]
+        shapes = [(_batch(g, 2, 8), _pick(g, 128, 1024)) for _ in range(4)]
         run(lambda k: torch.randint(0, 50257, shapes[k], device=dev))
     return step, 12
 
@@ -133,7 +144,7 @@ def gpt2_medium_ckpt(dev):
     run = _train_step(m, opt, _lm_loss)
 
     def step(i):
-        bs = _pick(g, 8, 24)
+        bs = _batch(g, 8, 24)
         run(lambda _: torch.randint(0, 50257, (bs, 1024), device=dev))
     return step, 12
 
@@ -146,7 +157,7 @@ def gpt2_generate_sample(dev):
 
     @torch.no_grad()
     def step(i):
-        bs, sl = _pick(g, 1, 32), _pick(g, 8, 256)
+        bs, sl = _batch(g, 1, 32), _pick(g, 8, 256)
         x = torch.randint(0, 50257, (bs, sl), device=dev)
         m.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=_pick(g, 32, 96),
                    do_sample=True, top_k=50, pad_token_id=0)
@@ -172,7 +183,7 @@ def llama_train(dev):
     run = _train_step(m, opt, _lm_loss)
 
     def step(i):
-        bs, sl = _pick(g, 2, 16), _pick(g, 256, 2048)
+        bs, sl = _batch(g, 2, 16), _pick(g, 256, 2048)
         run(lambda _: torch.randint(0, 32000, (bs, sl), device=dev))
     return step, 16
 
@@ -185,7 +196,7 @@ def llama_generate(dev):
 
     @torch.no_grad()
     def step(i):
-        bs, sl = _pick(g, 1, 16), _pick(g, 16, 1024)
+        bs, sl = _batch(g, 1, 16), _pick(g, 16, 1024)
         x = torch.randint(0, 32000, (bs, sl), device=dev)
         m.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=_pick(g, 32, 96),
                    do_sample=False, pad_token_id=0)
@@ -201,7 +212,7 @@ def llama_1b_train(dev):
     run = _train_step(m, opt, _lm_loss)
 
     def step(i):
-        bs, sl = _pick(g, 2, 4), _pick(g, 1024, 2048)
+        bs, sl = _batch(g, 2, 4), _pick(g, 1024, 2048)
         run(lambda _: torch.randint(0, 32000, (bs, sl), device=dev))
     return step, 8
 
@@ -218,7 +229,7 @@ def t5_train(dev):
     run = _train_step(m, opt, lambda m, b: m(input_ids=b[0], labels=b[1]).loss)
 
     def step(i):
-        bs, sl, tl = _pick(g, 4, 32), _pick(g, 64, 512), _pick(g, 16, 128)
+        bs, sl, tl = _batch(g, 4, 32), _pick(g, 64, 512), _pick(g, 16, 128)
         run(lambda _: (torch.randint(0, 32128, (bs, sl), device=dev),
                        torch.randint(0, 32128, (bs, tl), device=dev)))
     return step, 16
@@ -235,7 +246,7 @@ def t5_generate(dev):
 
     @torch.no_grad()
     def step(i):
-        bs, sl = _pick(g, 1, 16), _pick(g, 32, 512)
+        bs, sl = _batch(g, 1, 16), _pick(g, 32, 512)
         x = torch.randint(0, 32128, (bs, sl), device=dev)
         m.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=_pick(g, 16, 96),
                    num_beams=4, do_sample=False)
@@ -265,7 +276,7 @@ def resnet18_train(dev):
     g = _rng(41)
 
     def step(i):
-        bs, res = _pick(g, 32, 256), [160, 192, 224, 256][_pick(g, 0, 3)]
+        bs, res = _batch(g, 32, 256), [160, 192, 224, 256][_pick(g, 0, 3)]
         run(lambda _: batch(bs, res, dev))
     return step, 20
 
@@ -283,7 +294,7 @@ def _image_infer(model, dev, seed, max_batch, steps=40):
 
     @torch.no_grad()
     def step(i):
-        bs = _pick(g, 1, max_batch)
+        bs = _batch(g, 1, max_batch)
         m(torch.randn(bs, 3, 224, 224, device=dev, dtype=torch.half)).softmax(-1)
     return step, steps
 
@@ -297,7 +308,7 @@ def vit_train(dev):
     g = _rng(43)
 
     def step(i):
-        bs = _pick(g, 16, 96)
+        bs = _batch(g, 16, 96)
         run(lambda _: batch(bs, 224, dev))
     return step, 16
 
@@ -350,7 +361,7 @@ def unet_train(dev):
     run = _train_step(m, opt, lambda m, b: F.mse_loss(m(b[0] + b[1]), b[1]))
 
     def step(i):
-        bs, res = _pick(g, 4, 32), [64, 128, 192, 256][_pick(g, 0, 3)]
+        bs, res = _batch(g, 4, 32), [64, 128, 192, 256][_pick(g, 0, 3)]
         run(lambda _: (torch.randn(bs, 3, res, res, device=dev),
                        torch.randn(bs, 3, res, res, device=dev)))
     return step, 16
@@ -363,7 +374,7 @@ def unet_sample(dev):
 
     @torch.no_grad()
     def step(i):
-        bs, res = _pick(g, 1, 16), [128, 256, 384][_pick(g, 0, 2)]
+        bs, res = _batch(g, 1, 16), [128, 256, 384][_pick(g, 0, 2)]
         x = torch.randn(bs, 3, res, res, device=dev, dtype=torch.half)
         for t in range(20):
             x = x - 0.05 * m(x)
@@ -381,7 +392,7 @@ def tiny_cnn_train(dev):
     run = _train_step(m, opt, lambda m, b: F.cross_entropy(m(b[0]), b[1]), dtype=None)
 
     def step(i):
-        bs = _pick(g, 64, 512)
+        bs = _batch(g, 64, 512)
         run(lambda _: (torch.randn(bs, 3, 32, 32, device=dev),
                        torch.randint(0, 10, (bs,), device=dev)))
     return step, 40
@@ -404,7 +415,7 @@ def lstm_train(dev):
                                                            x[:, 1:].flatten()), dtype=None)
 
     def step(i):
-        bs, sl = _pick(g, 16, 64), _pick(g, 64, 512)
+        bs, sl = _batch(g, 16, 64), _pick(g, 64, 512)
         run(lambda _: torch.randint(0, 10000, (bs, sl), device=dev))
     return step, 16
 
@@ -421,7 +432,7 @@ def mlp_compile_train(dev):
     sizes = [256, 1024, 4096]
 
     def step(i):
-        bs = sizes[i % 3]
+        bs = max(1, round(sizes[i % 3] * BATCH_SCALE))
         run(lambda _: torch.randn(bs, 4096, device=dev))
     return step, 18
 
@@ -436,7 +447,7 @@ def side_prefetch_resnet(dev):
     side = torch.cuda.Stream()
     g = _rng(51)
     steps = 24
-    bss = [_pick(g, 64, 256) for _ in range(steps + 1)]
+    bss = [_batch(g, 64, 256) for _ in range(steps + 1)]
     host = [torch.randn(b, 3, 224, 224).pin_memory() for b in bss]
     state = {}
 
@@ -473,7 +484,7 @@ def comm_overlap_gpt2(dev):
     g = _rng(52)
 
     def step(i):
-        bs, sl = _pick(g, 4, 12), _pick(g, 512, 1024)
+        bs, sl = _batch(g, 4, 12), _pick(g, 512, 1024)
         x = torch.randint(0, 50257, (bs, sl), device=dev)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = _lm_loss(m, x)
@@ -508,7 +519,7 @@ def rl_alternate(dev):
     g = _rng(53)
 
     def step(i):
-        bs, sl = _pick(g, 4, 16), _pick(g, 32, 256)
+        bs, sl = _batch(g, 4, 16), _pick(g, 32, 256)
         x = torch.randint(0, 50257, (bs, sl), device=dev)
         pol.eval()
         with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
@@ -536,7 +547,7 @@ def dyn_mlp_infer(dev):
 
     @torch.no_grad()
     def step(i):
-        bs = _pick(g, 1, 512)
+        bs = _batch(g, 1, 512)
         keep.append((i + _pick(g, 1, 8), m(torch.randn(bs, 2048, device=dev, dtype=torch.half))))
         keep[:] = [(t, y) for t, y in keep if t > i]
     return step, 120
