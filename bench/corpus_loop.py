@@ -6,8 +6,8 @@ time (the corpus's traces hold 2-48 iterations; a program runs thousands).
     bench/corpus_loop.py [--gpumem PATH] [--set KEY=VALUE]... [--steps N] [--seed S] [--json FILE]
 
 An iteration is a stretch of the trace between two points where only the program's lasting
-allocations are live (the fewest live allocations after its first tenth: weights, optimizer
-state); kept only when it frees everything it allocates, so that iterations can follow each
+allocations are live (the fewest live allocations between its first and last tenth: weights,
+optimizer state); kept only when it frees everything it allocates, so that iterations can follow each
 other in any order. The loop trace is the trace up to its first such point, then N iterations
 (default 150; fewer when that passes 300,000 operations, at least twice the trace's own) drawn
 at random (seeded) from the trace's, then the trace's tail. Traces with no such iterations (a
@@ -44,7 +44,7 @@ def loop_trace(src, dst, steps, seed):
     for r in rows:
         (live.add if r["Action"] == "allocate" else live.discard)(r["Pointer"])
         counts.append(len(live))
-    base = min(counts[len(counts) // 10:])
+    base = min(counts[len(counts) // 10:len(counts) - len(counts) // 10])
     marks = [i for i, n in enumerate(counts) if i >= len(counts) // 40 and n == base]
     iters = []
     for a, b in zip(marks, marks[1:]):

@@ -3,7 +3,8 @@
 here: the split is a fixed hash rule (half tune, half test, bundled traces apart); the floor is
 0 when the peak falls in the first quarter and follows log(peak / high so far) / log(target)
 when live climbs after it; corpus.py marks a steady-state miss the floor makes unavoidable;
-corpus_steps.py's summary of step times over interleaved rounds.
+corpus_steps.py's summary of step times over interleaved rounds and calls per step;
+corpus_max_batch.py's summary; corpus_loop.py's loop traces.
 usage: test_corpus_tools.py SOURCE_DIR"""
 import math
 import os
@@ -102,6 +103,73 @@ check(net[2][2:5] == ["3", "10.000", "1.000"] and net[2][5] == "0.900-1.100" and
 check(net[1][3:5] == ["10.500", "1.050"], "expandable: %s" % net[1])
 alone = [ln.split() for ln in lines if ln.startswith("alone")][0]
 check(alone[4] == "-" and alone[5] == "-", "no default, no ratio: %s" % alone)
+
+# gpumem's device calls per timed step: the median round's, "-" for allocators without them.
+calls_rows = [dict(w="c", mode="default", median_ms=5.0, r_l=2.0, steps=10),
+              dict(w="c", mode="gpumem", median_ms=5.0, r_l=1.0, steps=10,
+                   timed_calls={"map": 20, "unmap": 20}),
+              dict(w="c", mode="gpumem", median_ms=5.0, r_l=1.0, steps=10, timed_calls={}),
+              dict(w="c", mode="gpumem", median_ms=5.0, r_l=1.0, steps=10,
+                   timed_calls={"map": 3})]
+cl = {ln.split()[1]: ln.split() for ln in corpus_steps.summarize(calls_rows)
+      if ln.startswith("c ")}
+check(cl["gpumem"][-1] == "0.30" and cl["default"][-1] == "-", "calls/step: %s" % cl)
+
+# corpus_max_batch.py's summary: each allocator's largest scale, gpumem's over expandable's.
+import corpus_max_batch  # noqa: E402
+mb = corpus_max_batch.summarize([dict(w="m", mode="default", scale=1.0),
+                                 dict(w="m", mode="expandable", scale=1.25),
+                                 dict(w="m", mode="gpumem", scale=1.5),
+                                 dict(w="n", mode="gpumem", scale=2.0)])
+m = [ln.split() for ln in mb if ln.startswith("m ")][0]
+check(m[1:] == ["1.000", "1.250", "1.500", "1.200"], "max batch: %s" % m)
+n = [ln.split() for ln in mb if ln.startswith("n ")][0]
+check(n[1:] == ["-", "-", "2.000", "-"], "max batch without expandable: %s" % n)
+
+# corpus_loop.py: a trace of a lasting allocation and four iterations, the third of which
+# swaps the lasting allocation for another (it keeps a block past its end), becomes the prefix,
+# iterations drawn from the three that free all they allocate, and the tail; a trace whose
+# iterations all keep something gives none.
+import corpus_loop  # noqa: E402
+import gzip  # noqa: E402
+import csv as csvmod  # noqa: E402
+
+
+def gz_trace(ops):
+    fd, path = tempfile.mkstemp(suffix=".csv.gz")
+    os.close(fd)
+    with gzip.open(path, "wt") as f:
+        f.write("Thread,Time,Action,Pointer,Size,Stream\n")
+        for act, i, mib in ops:
+            f.write("0,0.0,%s,0x%x,%d,0x0\n" % (act, 0x1000 + i, mib << 20))
+    return path
+
+
+it = lambda k, mib: [("allocate", 10 * k, mib), ("allocate", 10 * k + 1, 1),  # noqa: E731
+                     ("free", 10 * k + 1, 1), ("free", 10 * k, mib)]
+src = gz_trace([("allocate", 0, 4)] + it(1, 2) + it(2, 3) + [("allocate", 30, 7), ("free", 0, 4)] +
+               it(4, 5) + [("free", 30, 7)])
+dst = src + ".loop.csv.gz"
+check(corpus_loop.loop_trace(src, dst, 50, 1), "the loop trace is made")
+with gzip.open(dst, "rt") as f:
+    out = list(csvmod.DictReader(f))
+big = [int(r["Size"]) >> 20 for r in out if r["Action"] == "allocate" and int(r["Size"]) > 1 << 20]
+check(out[0]["Pointer"] == "0x1000" and big[0] == 4, "the prefix: the lasting allocation")
+check(len(out) == 1 + 50 * 4 + 1 and set(big[1:]) == {2, 3, 5},
+      "50 iterations of the three kept: %d ops, sizes %s" % (len(out), sorted(set(big[1:]))))
+live, twice = set(), False
+for r in out[1:-1]:
+    if r["Action"] == "allocate":
+        twice |= r["Pointer"] in live
+        live.add(r["Pointer"])
+    else:
+        live.discard(r["Pointer"])
+check(not twice and not live, "each drawn iteration frees what it allocates")
+check(out[-1]["Action"] == "free" and out[-1]["Pointer"] == "0x101e", "the tail: %s" % out[-1])
+keep = gz_trace([("allocate", 0, 4)] + [("allocate", 50 + k, 1) for k in range(40)])
+check(not corpus_loop.loop_trace(keep, dst, 50, 1), "no self-contained iteration, no loop")
+for p in (src, dst, keep):
+    os.remove(p)
 
 for p in (flat, ramp):
     os.remove(p)
