@@ -13,8 +13,9 @@ other in any order. The loop trace is the trace up to its first such point, then
 at random (seeded) from the trace's, then the trace's tail. Traces with no such iterations (a
 result cache that outlives the step, two streams whose steps overlap) are left out. Each loop
 is replayed with the PyTorch backend's settings (bench/corpus.py --as backend) plus --set; the
-report gives reserved/live and memory calls per 1,000 operations after the first quarter, per
-trace and split, with the worst and median of each split.
+report gives reserved/live, memory calls per 1,000 operations after the first quarter and the
+simulated device time of every call (the H200 cost model, growth included) per iteration, in ms,
+per trace and split, with the worst and median of each split.
 """
 import argparse
 import csv
@@ -37,7 +38,8 @@ MAX_OPS = 300000
 
 
 def loop_trace(src, dst, steps, seed):
-    """Writes the loop trace of src to dst; False when src has no self-contained iterations."""
+    """Writes the loop trace of src to dst: the number of iterations drawn, 0 (nothing written)
+    when src has no self-contained iterations."""
     with gzip.open(src, "rt") as f:
         rows = list(csv.DictReader(f))
     live, counts = set(), []
@@ -54,7 +56,7 @@ def loop_trace(src, dst, steps, seed):
         if seg and not held:
             iters.append(seg)
     if not iters:
-        return False
+        return 0
     mean = sum(map(len, iters)) / len(iters)
     n = max(2 * len(iters), min(steps, int(MAX_OPS // mean)))
     rng = random.Random(seed)
@@ -65,7 +67,7 @@ def loop_trace(src, dst, steps, seed):
         w.writeheader()
         for i, r in enumerate(out):
             w.writerow(dict(r, Time="%.6f" % (i * 1e-5)))
-    return True
+    return n
 
 
 def main():
@@ -85,30 +87,34 @@ def main():
 
     def one(p):
         dst = os.path.join(tmp, os.path.basename(p))
-        if not loop_trace(p, dst, a.steps, a.seed):
+        iters = loop_trace(p, dst, a.steps, a.seed)
+        if not iters:
             return None
         d = corpus.replay(a.gpumem, dst, sets, False)
         os.unlink(dst)
         ops = d["ops"]
         return dict(trace=corpus.name_of(p), split=split[p], ops=ops,
                     rl=d["reserved_over_live"], calls=d["memory_calls"],
-                    after_1k=d["memory_calls_after_quarter"] * 1000.0 / (ops - ops // 4))
+                    after_1k=d["memory_calls_after_quarter"] * 1000.0 / (ops - ops // 4),
+                    dev_ms=d["device_time_ns"] / 1e6 / iters)
 
     with ThreadPoolExecutor(2) as ex:
         rows = [r for r in ex.map(one, paths) if r]
     os.rmdir(tmp)
     print("loops of the corpus's iterations (%d steps, seed %d) replayed on the simulated H200 "
           "as backend with %s" % (a.steps, a.seed, ",".join(sets)))
-    print("%-22s %-5s %8s %7s %7s %9s" % ("trace", "split", "ops", "r/l", "calls", "after/1k"))
+    print("%-22s %-5s %8s %7s %7s %9s %8s" % ("trace", "split", "ops", "r/l", "calls", "after/1k",
+                                              "dev ms"))
     for sp in ("tune", "test"):
         rs = [r for r in rows if r["split"] == sp]
         for r in rs:
-            print("%-22s %-5s %8d %7.4f %7d %9.2f" % (r["trace"], sp, r["ops"], r["rl"],
-                                                      r["calls"], r["after_1k"]))
+            print("%-22s %-5s %8d %7.4f %7d %9.2f %8.3f" % (
+                r["trace"], sp, r["ops"], r["rl"], r["calls"], r["after_1k"], r["dev_ms"]))
         for what, f in (("worst", max), ("median", statistics.median)):
-            print("%-22s %-5s %8s %7.4f %7d %9.2f" % (
+            print("%-22s %-5s %8s %7.4f %7d %9.2f %8.3f" % (
                 "%s (%d)" % (what, len(rs)), sp, "", f(r["rl"] for r in rs),
-                f(r["calls"] for r in rs), f(r["after_1k"] for r in rs)))
+                f(r["calls"] for r in rs), f(r["after_1k"] for r in rs),
+                f(r["dev_ms"] for r in rs)))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
