@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The largest batch a corpus workload runs with under a memory limit, for one allocator: the
-issue-31 measure "largest batch under set_per_process_memory_fraction", by bisection.
+"""The largest batch a corpus workload runs with under a memory limit, for one allocator: what
+fits under torch.cuda.set_per_process_memory_fraction, by bisection.
 
     bench/corpus_max_batch.py MODE WORKLOAD[,WORKLOAD...] [--limit X] [--steps N]
     bench/corpus_max_batch.py --summary FILE.jsonl
