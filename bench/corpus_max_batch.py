@@ -59,6 +59,15 @@ def search(cw, torch, name, dev, limit_x, steps):
         trials.append((scale, ok))
         return ok
 
+    try:
+        return bisect(runs), limit, trials
+    finally:
+        cw.BATCH_SCALE = 1.0  # the module as found, whatever the search ended with
+
+
+def bisect(runs):
+    """The largest scale that runs (runs(scale) -> bool) to 1/64 of itself: from 1, halved while
+    it fails (0.0 below 1/16), else doubled until it fails (up to 16), then bisected."""
     lo, hi = None, None
     s = 1.0
     while lo is None and s >= 1 / 16:  # the largest passing scale below 1, if 1 fails
@@ -67,7 +76,7 @@ def search(cw, torch, name, dev, limit_x, steps):
         else:
             hi, s = s, s / 2
     if lo is None:
-        return 0.0, limit, trials
+        return 0.0
     while hi is None and lo < 16:
         if runs(lo * 2):
             lo *= 2
@@ -79,8 +88,7 @@ def search(cw, torch, name, dev, limit_x, steps):
             lo = mid
         else:
             hi = mid
-    cw.BATCH_SCALE = 1.0
-    return lo, limit, trials
+    return lo
 
 
 def measure(mode, names, limit_x, steps):

@@ -27,9 +27,14 @@ def _pick(g, lo, hi):
 BATCH_SCALE = 1.0
 
 
+def _scaled(bs):
+    """Batch size bs times BATCH_SCALE, at least 1."""
+    return max(1, round(bs * BATCH_SCALE))
+
+
 def _batch(g, lo, hi):
-    """A batch size: an int in [lo, hi] from g (as _pick), times BATCH_SCALE."""
-    return max(1, round(_pick(g, lo, hi) * BATCH_SCALE))
+    """A batch size: an int in [lo, hi] from g (as _pick), scaled (_scaled)."""
+    return _scaled(_pick(g, lo, hi))
 
 
 def _train_step(model, opt, loss_fn, scaler=None, accum=1, dtype=torch.bfloat16):
@@ -432,7 +437,7 @@ def mlp_compile_train(dev):
     sizes = [256, 1024, 4096]
 
     def step(i):
-        bs = max(1, round(sizes[i % 3] * BATCH_SCALE))
+        bs = _scaled(sizes[i % 3])
         run(lambda _: torch.randn(bs, 4096, device=dev))
     return step, 18
 

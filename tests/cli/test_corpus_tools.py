@@ -125,6 +125,12 @@ m = [ln.split() for ln in mb if ln.startswith("m ")][0]
 check(m[1:] == ["1.000", "1.250", "1.500", "1.200"], "max batch: %s" % m)
 n = [ln.split() for ln in mb if ln.startswith("n ")][0]
 check(n[1:] == ["-", "-", "2.000", "-"], "max batch without expandable: %s" % n)
+# Its search: the largest passing scale to 1/64 of itself, above 1 and below; none below 1/16;
+# at most 16.
+for limit, want in ((2.7, 2.6875), (0.3, 0.296875), (0.01, 0.0), (100.0, 16.0)):
+    got = corpus_max_batch.bisect(lambda x: x <= limit)
+    check(got == want and (got == 0.0 or got == 16.0 or limit - got <= got / 64),
+          "largest scale under %g: %g, want %g" % (limit, got, want))
 
 # corpus_loop.py: a trace of a lasting allocation and four iterations, the third of which
 # swaps the lasting allocation for another (it keeps a block past its end), becomes the prefix,
