@@ -15,7 +15,14 @@ result cache that outlives the step, two streams whose steps overlap) are left o
 is replayed with the PyTorch backend's settings (bench/corpus.py --as backend) plus --set; the
 report gives reserved/live, memory calls per 1,000 operations after the first quarter and the
 simulated device time of every call (the H200 cost model, growth included) per iteration, in ms,
-per trace and split, with the worst and median of each split.
+per trace and split, with the worst and median of each split. Beside them, `plan`: what an
+allocator that knew each of the trace's iterations in advance and never moved a page would need
+(plan_footprint: each iteration laid out offline, greedy by size, above the lasting
+allocations; the most over the iterations, over the most live), and `distinct`: how many of the
+trace's iterations differ in their sizes or order. Where plan passes the reserved/live bound,
+even the layout such a planner finds with the whole iteration known holds more than the bound
+unless pages move: steady-state memory calls are then the price of the bound, not a policy's
+miss.
 """
 import argparse
 import csv
@@ -37,11 +44,9 @@ import corpus  # noqa: E402  (bench/, beside this file)
 MAX_OPS = 300000
 
 
-def loop_trace(src, dst, steps, seed):
-    """Writes the loop trace of src to dst: the number of iterations drawn, 0 (nothing written)
-    when src has no self-contained iterations."""
-    with gzip.open(src, "rt") as f:
-        rows = list(csv.DictReader(f))
+def iterations(rows):
+    """(marks, iterations) of a trace's rows: the indices where only its lasting allocations are
+    live, and the stretches between two of them that free everything they allocate."""
     live, counts = set(), []
     for r in rows:
         (live.add if r["Action"] == "allocate" else live.discard)(r["Pointer"])
@@ -55,6 +60,64 @@ def loop_trace(src, dst, steps, seed):
             (held.add if r["Action"] == "allocate" else held.discard)(r["Pointer"])
         if seg and not held:
             iters.append(seg)
+    return marks, iters
+
+
+def plan_footprint(seg, align=512):
+    """(footprint, peak live) in bytes of one iteration laid out offline, knowing every request
+    and free in advance, in one stretch of addresses that never changes: greedy by size (the
+    largest block first, each at the lowest offset that no block live at the same time
+    overlaps), the heuristic static memory planners use. What an allocator that never remaps
+    pages could at best hope for on this iteration."""
+    start, blocks = {}, []
+    for i, r in enumerate(seg):
+        if r["Action"] == "allocate":
+            start[r["Pointer"]] = (i, -(-int(r["Size"]) // align) * align)
+        elif r["Pointer"] in start:
+            s, size = start.pop(r["Pointer"])
+            blocks.append((s, i, size))
+    blocks += [(s, len(seg), size) for s, size in start.values()]
+    live = peak = 0
+    for _, d in sorted([(s, z) for s, _, z in blocks] + [(e, -z) for _, e, z in blocks]):
+        live += d
+        peak = max(peak, live)
+    placed, foot = [], 0
+    for s, e, size in sorted(blocks, key=lambda b: -b[2]):
+        off = 0
+        for lo, hi in sorted((o, o + z) for s2, e2, z, o in placed if s2 < e and s < e2):
+            if off + size <= lo:
+                break
+            off = max(off, hi)
+        placed.append((s, e, size, off))
+        foot = max(foot, off + size)
+    return foot, peak
+
+
+def plan_ratio(rows):
+    """A trace's loop as an offline planner lays it out: (max over its iterations of lasting +
+    footprint) / (max of lasting + peak live), and how many of its iterations differ (sizes and
+    order); None without self-contained iterations."""
+    marks, iters = iterations(rows)
+    if not iters:
+        return None
+    lasting = {}
+    for r in rows[:marks[0] + 1]:
+        if r["Action"] == "allocate":
+            lasting[r["Pointer"]] = int(r["Size"])
+        else:
+            lasting.pop(r["Pointer"], None)
+    base = sum(lasting.values())
+    plans = [plan_footprint(seg) for seg in iters]
+    distinct = len({tuple((r["Action"], r["Size"]) for r in seg) for seg in iters})
+    return (base + max(f for f, _ in plans)) / (base + max(p for _, p in plans)), distinct
+
+
+def loop_trace(src, dst, steps, seed):
+    """Writes the loop trace of src to dst: the number of iterations drawn, 0 (nothing written)
+    when src has no self-contained iterations."""
+    with gzip.open(src, "rt") as f:
+        rows = list(csv.DictReader(f))
+    marks, iters = iterations(rows)
     if not iters:
         return 0
     mean = sum(map(len, iters)) / len(iters)
@@ -93,28 +156,31 @@ def main():
         d = corpus.replay(a.gpumem, dst, sets, False)
         os.unlink(dst)
         ops = d["ops"]
+        with gzip.open(p, "rt") as f:
+            plan, distinct = plan_ratio(list(csv.DictReader(f)))
         return dict(trace=corpus.name_of(p), split=split[p], ops=ops,
                     rl=d["reserved_over_live"], calls=d["memory_calls"],
                     after_1k=d["memory_calls_after_quarter"] * 1000.0 / (ops - ops // 4),
-                    dev_ms=d["device_time_ns"] / 1e6 / iters)
+                    dev_ms=d["device_time_ns"] / 1e6 / iters, plan=plan, distinct=distinct)
 
     with ThreadPoolExecutor(2) as ex:
         rows = [r for r in ex.map(one, paths) if r]
     os.rmdir(tmp)
     print("loops of the corpus's iterations (%d steps, seed %d) replayed on the simulated H200 "
           "as backend with %s" % (a.steps, a.seed, ",".join(sets)))
-    print("%-22s %-5s %8s %7s %7s %9s %8s" % ("trace", "split", "ops", "r/l", "calls", "after/1k",
-                                              "dev ms"))
+    print("%-22s %-5s %8s %7s %7s %9s %8s %7s %8s" % (
+        "trace", "split", "ops", "r/l", "calls", "after/1k", "dev ms", "plan", "distinct"))
     for sp in ("tune", "test"):
         rs = [r for r in rows if r["split"] == sp]
         for r in rs:
-            print("%-22s %-5s %8d %7.4f %7d %9.2f %8.3f" % (
-                r["trace"], sp, r["ops"], r["rl"], r["calls"], r["after_1k"], r["dev_ms"]))
+            print("%-22s %-5s %8d %7.4f %7d %9.2f %8.3f %7.4f %8s" % (
+                r["trace"], sp, r["ops"], r["rl"], r["calls"], r["after_1k"], r["dev_ms"],
+                r["plan"], "%d" % r["distinct"]))
         for what, f in (("worst", max), ("median", statistics.median)):
-            print("%-22s %-5s %8s %7.4f %7d %9.2f %8.3f" % (
+            print("%-22s %-5s %8s %7.4f %7d %9.2f %8.3f %7.4f" % (
                 "%s (%d)" % (what, len(rs)), sp, "", f(r["rl"] for r in rs),
                 f(r["calls"] for r in rs), f(r["after_1k"] for r in rs),
-                f(r["dev_ms"] for r in rs)))
+                f(r["dev_ms"] for r in rs), f(r["plan"] for r in rs)))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

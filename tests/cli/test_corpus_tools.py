@@ -4,7 +4,7 @@ here: the split is a fixed hash rule (half tune, half test, bundled traces apart
 0 when the peak falls in the first quarter and follows log(peak / high so far) / log(target)
 when live climbs after it; corpus.py marks a steady-state miss the floor makes unavoidable;
 corpus_steps.py's summary of step times over interleaved rounds and calls per step;
-corpus_max_batch.py's summary; corpus_loop.py's loop traces.
+corpus_max_batch.py's summary; corpus_loop.py's loop traces and offline plan.
 usage: test_corpus_tools.py SOURCE_DIR"""
 import math
 import os
@@ -176,6 +176,21 @@ keep = gz_trace([("allocate", 0, 4)] + [("allocate", 50 + k, 1) for k in range(4
 check(not corpus_loop.loop_trace(keep, dst, 50, 1), "no self-contained iteration, no loop")
 for p in (src, dst, keep):
     os.remove(p)
+
+# plan_footprint: a, b, c of 1 MiB live, a and c freed, d of 2 MiB while b lives: allocating in
+# order puts b between two 1 MiB holes (first fit needs 5 MiB); planned, d goes first and a, c
+# around b: 3 MiB, the peak. plan_ratio of the loop above: each iteration's big block and its
+# 1 MiB block nested, planned at their peak, over the lasting 4 MiB: 1.0, three sizes.
+row = lambda act, i, mib: {"Action": act, "Pointer": "0x%x" % i,  # noqa: E731
+                           "Size": str(mib << 20)}
+seq = [row("allocate", 1, 1), row("allocate", 2, 1), row("allocate", 3, 1), row("free", 1, 1),
+       row("free", 3, 1), row("allocate", 4, 2), row("free", 4, 2), row("free", 2, 1)]
+check(corpus_loop.plan_footprint(seq) == (3 << 20, 3 << 20),
+      "planned: 3 MiB for a 3 MiB peak, %s" % (corpus_loop.plan_footprint(seq),))
+loop_rows = [row(a, i, m) for a, i, m in [("allocate", 0, 4)] + it(1, 2) + it(2, 3) + it(4, 5)]
+check(corpus_loop.plan_ratio(loop_rows) == (1.0, 3),
+      "the loop's plan: %s" % (corpus_loop.plan_ratio(loop_rows),))
+check(corpus_loop.plan_ratio([row("allocate", 0, 4)] * 3) is None, "no iterations, no plan")
 
 for p in (flat, ramp):
     os.remove(p)
