@@ -19,7 +19,8 @@ per trace and split, with the worst and median of each split. Beside them, `plan
 allocator that knew each of the trace's iterations in advance and never moved a page would need
 (plan_footprint: each iteration laid out offline, greedy by size, above the lasting
 allocations; the most over the iterations, over the most live), and `distinct`: how many of the
-trace's iterations differ in their sizes or order. Where plan passes the reserved/live bound,
+trace's iterations differ in their sizes or order (`-`: an iteration holds more than --plan-max
+allocations; the planner is quadratic). Where plan passes the reserved/live bound,
 even the layout such a planner finds with the whole iteration known holds more than the bound
 unless pages move: steady-state memory calls are then the price of the bound, not a policy's
 miss.
@@ -42,6 +43,7 @@ sys.path.insert(0, HERE)
 import corpus  # noqa: E402  (bench/, beside this file)
 
 MAX_OPS = 300000
+PLAN_MAX = 40000  # allocations an iteration may hold for the plan column (--plan-max)
 
 
 def iterations(rows):
@@ -93,13 +95,17 @@ def plan_footprint(seg, align=512):
     return foot, peak
 
 
-def plan_ratio(rows):
+def plan_ratio(rows, max_allocs=PLAN_MAX):
     """A trace's loop as an offline planner lays it out: (max over its iterations of lasting +
     footprint) / (max of lasting + peak live), and how many of its iterations differ (sizes and
-    order); None without self-contained iterations."""
+    order); None without self-contained iterations, or (None, distinct) when an iteration holds
+    more than max_allocs allocations (0: no limit; the planner is quadratic)."""
     marks, iters = iterations(rows)
     if not iters:
         return None
+    distinct = len({tuple((r["Action"], r["Size"]) for r in seg) for seg in iters})
+    if max_allocs and max(sum(r["Action"] == "allocate" for r in seg) for seg in iters) > max_allocs:
+        return None, distinct
     lasting = {}
     for r in rows[:marks[0] + 1]:
         if r["Action"] == "allocate":
@@ -108,7 +114,6 @@ def plan_ratio(rows):
             lasting.pop(r["Pointer"], None)
     base = sum(lasting.values())
     plans = [plan_footprint(seg) for seg in iters]
-    distinct = len({tuple((r["Action"], r["Size"]) for r in seg) for seg in iters})
     return (base + max(f for f, _ in plans)) / (base + max(p for _, p in plans)), distinct
 
 
@@ -139,6 +144,9 @@ def main():
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--plan-max", type=int, default=PLAN_MAX, metavar="N",
+                    help="plan only traces whose iterations hold at most N allocations "
+                         "(0: all; t5_generate's take minutes)")
     ap.add_argument("--json")
     a = ap.parse_args()
     paths = sorted(os.path.join(ROOT, "traces", "corpus", f)
@@ -157,7 +165,7 @@ def main():
         os.unlink(dst)
         ops = d["ops"]
         with gzip.open(p, "rt") as f:
-            plan, distinct = plan_ratio(list(csv.DictReader(f)))
+            plan, distinct = plan_ratio(list(csv.DictReader(f)), a.plan_max)
         return dict(trace=corpus.name_of(p), split=split[p], ops=ops,
                     rl=d["reserved_over_live"], calls=d["memory_calls"],
                     after_1k=d["memory_calls_after_quarter"] * 1000.0 / (ops - ops // 4),
@@ -173,14 +181,15 @@ def main():
     for sp in ("tune", "test"):
         rs = [r for r in rows if r["split"] == sp]
         for r in rs:
-            print("%-22s %-5s %8d %7.4f %7d %9.2f %8.3f %7.4f %8s" % (
+            print("%-22s %-5s %8d %7.4f %7d %9.2f %8.3f %7s %8d" % (
                 r["trace"], sp, r["ops"], r["rl"], r["calls"], r["after_1k"], r["dev_ms"],
-                r["plan"], "%d" % r["distinct"]))
+                "-" if r["plan"] is None else "%.4f" % r["plan"], r["distinct"]))
         for what, f in (("worst", max), ("median", statistics.median)):
-            print("%-22s %-5s %8s %7.4f %7d %9.2f %8.3f %7.4f" % (
+            plans = [r["plan"] for r in rs if r["plan"] is not None]
+            print("%-22s %-5s %8s %7.4f %7d %9.2f %8.3f %7s" % (
                 "%s (%d)" % (what, len(rs)), sp, "", f(r["rl"] for r in rs),
                 f(r["calls"] for r in rs), f(r["after_1k"] for r in rs),
-                f(r["dev_ms"] for r in rs), f(r["plan"] for r in rs)))
+                f(r["dev_ms"] for r in rs), "%.4f" % f(plans) if plans else "-"))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -191,6 +191,7 @@ loop_rows = [row(a, i, m) for a, i, m in [("allocate", 0, 4)] + it(1, 2) + it(2,
 check(corpus_loop.plan_ratio(loop_rows) == (1.0, 3),
       "the loop's plan: %s" % (corpus_loop.plan_ratio(loop_rows),))
 check(corpus_loop.plan_ratio([row("allocate", 0, 4)] * 3) is None, "no iterations, no plan")
+check(corpus_loop.plan_ratio(loop_rows, 1) == (None, 3), "iterations over the limit: no plan")
 
 for p in (flat, ramp):
     os.remove(p)
