@@ -3,24 +3,25 @@
 order, many times over, so that a policy is judged where a training or serving loop spends its
 time (the corpus's traces hold 2-48 iterations; a program runs thousands).
 
-    bench/corpus_loop.py [--gpumem PATH] [--set KEY=VALUE]... [--steps N] [--seed S] [--json FILE]
+    bench/corpus_loop.py [--gpumem PATH] [--set KEY=VALUE]... [--steps N] [--seed S]
+                         [--plan-max N] [--json FILE]
 
 An iteration is a stretch of the trace between two points where only the program's lasting
 allocations are live (the fewest live allocations between its first and last tenth: weights,
-optimizer state); kept only when it frees everything it allocates, so that iterations can follow each
-other in any order. The loop trace is the trace up to its first such point, then N iterations
-(default 150; fewer when that passes 300,000 operations, at least twice the trace's own) drawn
-at random (seeded) from the trace's, then the trace's tail. Traces with no such iterations (a
-result cache that outlives the step, two streams whose steps overlap) are left out. Each loop
-is replayed with the PyTorch backend's settings (bench/corpus.py --as backend) plus --set; the
-report gives reserved/live, memory calls per 1,000 operations after the first quarter and the
-simulated device time of every call (the H200 cost model, growth included) per iteration, in ms,
-per trace and split, with the worst and median of each split. Beside them, `plan`: what an
-allocator that knew each of the trace's iterations in advance and never moved a page would need
-(plan_footprint: each iteration laid out offline, greedy by size, above the lasting
-allocations; the most over the iterations, over the most live), and `distinct`: how many of the
-trace's iterations differ in their sizes or order (`-`: an iteration holds more than --plan-max
-allocations; the planner is quadratic). Where plan passes the reserved/live bound,
+optimizer state); kept only when it frees everything it allocates, so that iterations can follow
+each other in any order. The loop trace is the trace up to its first such point, then N
+iterations (default 150; fewer when that passes 300,000 operations, at least twice the trace's
+own) drawn at random (seeded) from the trace's, then the trace's tail. Traces with no such
+iterations (a result cache that outlives the step, two streams whose steps overlap) are left
+out. Each loop is replayed with the PyTorch backend's settings (bench/corpus.py --as backend)
+plus --set; the report gives reserved/live, memory calls per 1,000 operations after the first
+quarter and the simulated device time of every call (the H200 cost model, growth included) per
+iteration, in ms, per trace and split, with the worst and median of each split. Beside them,
+`plan`: what an allocator that knew each of the trace's iterations in advance and never moved a
+page would need (plan_footprint: each iteration laid out offline, greedy by size, above the
+lasting allocations; the most over the iterations, over the most live), and `distinct`: how many
+of the trace's iterations differ in their sizes or order (`-`: an iteration holds more than
+--plan-max allocations; the planner is quadratic). Where plan passes the reserved/live bound,
 even the layout such a planner finds with the whole iteration known holds more than the bound
 unless pages move: steady-state memory calls are then the price of the bound, not a policy's
 miss.
@@ -95,16 +96,23 @@ def plan_footprint(seg, align=512):
     return foot, peak
 
 
-def plan_ratio(rows, max_allocs=PLAN_MAX):
+def read_rows(path):
+    with gzip.open(path, "rt") as f:
+        return list(csv.DictReader(f))
+
+
+def plan_ratio(rows, max_allocs=PLAN_MAX, cut=None):
     """A trace's loop as an offline planner lays it out: (max over its iterations of lasting +
     footprint) / (max of lasting + peak live), and how many of its iterations differ (sizes and
     order); None without self-contained iterations, or (None, distinct) when an iteration holds
-    more than max_allocs allocations (0: no limit; the planner is quadratic)."""
-    marks, iters = iterations(rows)
+    more than max_allocs allocations (0: no limit; the planner is quadratic). cut: the rows'
+    iterations() when the caller has them."""
+    marks, iters = cut or iterations(rows)
     if not iters:
         return None
     distinct = len({tuple((r["Action"], r["Size"]) for r in seg) for seg in iters})
-    if max_allocs and max(sum(r["Action"] == "allocate" for r in seg) for seg in iters) > max_allocs:
+    most = max(sum(r["Action"] == "allocate" for r in seg) for seg in iters)
+    if max_allocs and most > max_allocs:
         return None, distinct
     lasting = {}
     for r in rows[:marks[0] + 1]:
@@ -117,12 +125,12 @@ def plan_ratio(rows, max_allocs=PLAN_MAX):
     return (base + max(f for f, _ in plans)) / (base + max(p for _, p in plans)), distinct
 
 
-def loop_trace(src, dst, steps, seed):
+def loop_trace(src, dst, steps, seed, rows=None, cut=None):
     """Writes the loop trace of src to dst: the number of iterations drawn, 0 (nothing written)
-    when src has no self-contained iterations."""
-    with gzip.open(src, "rt") as f:
-        rows = list(csv.DictReader(f))
-    marks, iters = iterations(rows)
+    when src has no self-contained iterations. rows, cut: src's rows and their iterations() when
+    the caller has them."""
+    rows = rows or read_rows(src)
+    marks, iters = cut or iterations(rows)
     if not iters:
         return 0
     mean = sum(map(len, iters)) / len(iters)
@@ -158,14 +166,15 @@ def main():
 
     def one(p):
         dst = os.path.join(tmp, os.path.basename(p))
-        iters = loop_trace(p, dst, a.steps, a.seed)
+        rows = read_rows(p)
+        cut = iterations(rows)
+        iters = loop_trace(p, dst, a.steps, a.seed, rows, cut)
         if not iters:
             return None
         d = corpus.replay(a.gpumem, dst, sets, False)
         os.unlink(dst)
         ops = d["ops"]
-        with gzip.open(p, "rt") as f:
-            plan, distinct = plan_ratio(list(csv.DictReader(f)), a.plan_max)
+        plan, distinct = plan_ratio(rows, a.plan_max, cut)
         return dict(trace=corpus.name_of(p), split=split[p], ops=ops,
                     rl=d["reserved_over_live"], calls=d["memory_calls"],
                     after_1k=d["memory_calls_after_quarter"] * 1000.0 / (ops - ops // 4),
