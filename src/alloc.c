@@ -83,9 +83,10 @@ static GM_INLINE gm_status alloc_request_locked(gm_pool *pool, const gm_request 
         return alloc_refused_locked(pool, rq, stream);
     if (pool->pending)
         process_pending_locked(pool);
-    gm_heap *h = heap_of_locked(pool, stream);
+    gm_status hs;
+    gm_heap *h = heap_of_locked(pool, stream, "gm_alloc", &hs);
     if (!h)
-        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (heap)");
+        return hs;
     gm_arena *a = &h->arenas[rq->kind];
     GM_ASSERT2(granted == a->ops->grant(&pool->strat, a, size));
     gm_block *taken = cache_take_locked(pool, granted, stream);
@@ -206,14 +207,34 @@ static GM_COLD gm_status free_null(gm_pool *pool)
                                               "gm_free: NULL is not a block"));
 }
 
+/* gm_free of plain block b (out of the live map of shard sh) on a stream the backend refused
+ * (st): b goes back into the live map, unchanged; st. */
+static GM_COLD gm_status free_stream_refused_locked(gm_pool *pool, live_shard *sh, gm_block *b,
+                                                   gm_status st)
+{
+    bool shared = live_map_shared_locked(pool);
+    if (shared)
+        spin_lock(&sh->lock);
+    (void)bmap_insert(&sh->map, b); /* the slot it left: room, cannot fail */
+    if (shared)
+        spin_unlock(&sh->lock);
+    return st;
+}
+
 /* gm_free of a pointer that is not a plain live block (b: its live block, or NULL). */
 static GM_COLD gm_status free_refused_locked(gm_pool *pool, gm_block *b, void *ptr,
                                              gm_stream stream)
 {
     if (!b)
         return pool_diagnose_pointer_locked(pool, (uintptr_t)ptr, "gm_free");
-    if (b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) /* deferred until its exports are released */
+    gm_status st = stream == b->tag ? GM_OK : stream_usable_locked(pool, stream, "gm_free");
+    if (st != GM_OK)
+        return st;
+    if (b->flags & (BLOCK_EXPORTED | BLOCK_HELD)) { /* deferred until its exports are released */
+        if (GM_UNLIKELY(pool->trace) && !b->handle && !(b->flags & BLOCK_HELD))
+            tracing_free(pool->trace, ptr, b->requested, stream); /* its first free, accepted */
         return share_free_exported_locked(pool, b, stream);
+    }
     return pool_fail_locked(pool, GM_ERR_INVALID_ARGUMENT,
                             "gm_free: %p is a movable block: free it with gm_free_handle", ptr);
 }
@@ -243,13 +264,18 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
         bmap_erase(&sh->map, j);
     if (shared)
         spin_unlock(&sh->lock);
-    /* Traced: a gm_alloc block's first free (an exported one's too: gm_free accepts it and
-     * holds the block), under the lock, before the block can be reused. Refused frees and
-     * movable blocks (never traced) are not written. */
-    if (GM_UNLIKELY(pool->trace) && b && !b->handle && !(b->flags & BLOCK_HELD))
-        tracing_free(pool->trace, ptr, b->requested, stream);
+    if (GM_UNLIKELY(plain && stream != b->tag)) { /* it will wait on `stream`: a real one? */
+        gm_status ss = stream_usable_locked(pool, stream, "gm_free");
+        if (ss != GM_OK)
+            return pool_unlock(pool, free_stream_refused_locked(pool, sh, b, ss));
+    }
     if (!plain)
         return pool_unlock(pool, free_refused_locked(pool, b, ptr, stream));
+    /* Traced: a gm_alloc block's first free, under the lock, before the block can be reused
+     * (an exported block's in free_refused_locked); refused frees and movable blocks (never
+     * traced) are not written. */
+    if (GM_UNLIKELY(pool->trace))
+        tracing_free(pool->trace, ptr, b->requested, stream);
     GM_ASSERT2(block_sane(b) && b->flags == 0);
     free_unmapped_block_locked(pool, b, stream);
     if (GM_DEBUG >= 3)
@@ -268,6 +294,9 @@ gm_status gm_record_stream(gm_pool *pool, void *ptr, gm_stream stream)
         return pool_unlock(pool, pool_fail_locked(pool, GM_ERR_ASLEEP,
                                                   "gm_record_stream: the pool is asleep "
                                                   "(gm_pool_sleep): gm_pool_wake first"));
+    gm_status ss = stream_usable_locked(pool, stream, "gm_record_stream");
+    if (ss != GM_OK)
+        return pool_unlock(pool, ss);
     live_shard *sh = shard_of(pool, (uintptr_t)ptr);
     spin_lock(&sh->lock); /* the lock-free free path reads extra_count under it */
     gm_block *b = bmap_lookup(&sh->map, (uintptr_t)ptr);

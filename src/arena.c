@@ -63,7 +63,7 @@ GM_COLD gm_heap *heap_add_locked(gm_pool *pool, gm_stream stream)
     return h;
 }
 
-GM_COLD gm_heap *heap_find_or_add_locked(gm_pool *pool, gm_stream stream)
+GM_COLD gm_heap *heap_find_past_scan_locked(gm_pool *pool, gm_stream stream)
 {
     if (pool->heap_count > pool->heap_scan) { /* past the scanned heaps: the index */
         size_t i = smap_get(&pool->heap_index, stream);
@@ -74,11 +74,34 @@ GM_COLD gm_heap *heap_find_or_add_locked(gm_pool *pool, gm_stream stream)
                 if (pool->heaps[i].stream == stream)
                     return &pool->heaps[i];
     }
-    if (pool->heap_count >= HEAP_SCAN && !smap_reserve(&pool->heap_index))
-        return NULL; /* before the heap is added: nothing to undo */
-    gm_heap *h = heap_add_locked(pool, stream);
-    if (!h)
+    return NULL;
+}
+
+GM_COLD gm_status stream_check_locked(gm_pool *pool, gm_stream stream, const char *fn)
+{
+    gm_backend *be = pool->backend;
+    gm_status st = be->ops->stream_check ? be->ops->stream_check(be, stream) : GM_OK;
+    if (st == GM_OK)
+        return GM_OK;
+    return pool_fail_locked(pool, st, "%s: stream %p is not a stream this pool's device can queue "
+                            "work on (%s): nothing was done", fn, (void *)stream,
+                            gm_backend_last_error());
+}
+
+GM_COLD gm_heap *heap_find_or_add_locked(gm_pool *pool, gm_stream stream, const char *fn,
+                                         gm_status *st)
+{
+    gm_heap *h = heap_find_past_scan_locked(pool, stream);
+    if (h)
+        return h;
+    if ((*st = stream_check_locked(pool, stream, fn)) != GM_OK)
+        return NULL; /* a stream the device does not know: no heap, nothing to undo */
+    /* the index reserved before the heap is added: nothing to undo */
+    if ((pool->heap_count >= HEAP_SCAN && !smap_reserve(&pool->heap_index)) ||
+        !(h = heap_add_locked(pool, stream))) {
+        *st = pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "%s: host memory exhausted (heap)", fn);
         return NULL;
+    }
     size_t i = (size_t)(h - pool->heaps);
     if (i < HEAP_SCAN)
         pool->heap_scan = i + 1;

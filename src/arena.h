@@ -25,25 +25,53 @@ gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_arena *a, size_t granted, gm_
 /* Explain why `addr` is not a live block of this pool (double free, interior, foreign). */
 gm_status pool_diagnose_pointer_locked(gm_pool *pool, uintptr_t addr, const char *fn);
 
+/* The heap of `stream` among the heaps past the first heap_scan ones (the pool's hash index of
+ * streams), or NULL. */
+GM_COLD gm_heap *heap_find_past_scan_locked(gm_pool *pool, gm_stream stream);
+/* Whether the backend can queue work on `stream` (its stream_check; always when it has none):
+ * GM_OK, or its status with a message naming `fn` and the stream (docs/api.md). */
+GM_COLD gm_status stream_check_locked(gm_pool *pool, gm_stream stream, const char *fn);
 /* heap_of_locked past the first HEAP_SCAN heaps: the stream's heap through the pool's hash
- * index of streams, created (and indexed) on first use; NULL if host memory is exhausted. */
-GM_COLD gm_heap *heap_find_or_add_locked(gm_pool *pool, gm_stream stream);
+ * index of streams, created (and indexed) on first use once the backend has checked the stream
+ * (stream_check_locked); NULL with the status in *st (the message naming `fn`) if the stream is
+ * refused or host memory is exhausted. */
+GM_COLD gm_heap *heap_find_or_add_locked(gm_pool *pool, gm_stream stream, const char *fn,
+                                         gm_status *st);
 
 /* Heaps found by a scan before the hash index is asked: a program of one to a few streams pays
  * no hash, one of thousands (a stream per request) no walk over every heap per call. */
 enum { HEAP_SCAN = 8 };
 
-/* The heap of `stream`, created on first use; NULL if host memory is exhausted. A pointer walk
- * with a count down over the first heaps (at most HEAP_SCAN): no index to scale and no end to
- * compute (usually one or two heaps; heaps is NULL before the first, and is then not stepped);
- * the rest out of line, through a hash index. */
-static inline gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream)
+/* The heap of `stream` if the pool has one, else NULL. A pointer walk with a count down over
+ * the first heaps (at most HEAP_SCAN): no index to scale and no end to compute (usually one or
+ * two heaps; heaps is NULL before the first, and is then not stepped); the rest out of line,
+ * through a hash index. */
+static inline gm_heap *heap_find_locked(gm_pool *pool, gm_stream stream)
 {
     gm_heap *h = pool->heaps;
     for (size_t n = pool->heap_scan; n; n--, h++)
         if (h->stream == stream)
             return h;
-    return heap_find_or_add_locked(pool, stream);
+    return pool->heap_count > pool->heap_scan ? heap_find_past_scan_locked(pool, stream) : NULL;
+}
+
+/* The heap of `stream`, created on first use (heap_find_or_add_locked); NULL with the status in
+ * *st if the backend refuses the stream or host memory is exhausted. */
+static inline gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream, const char *fn,
+                                      gm_status *st)
+{
+    gm_heap *h = pool->heaps;
+    for (size_t n = pool->heap_scan; n; n--, h++)
+        if (h->stream == stream)
+            return h;
+    return heap_find_or_add_locked(pool, stream, fn, st);
+}
+
+/* A stream that gm_free or gm_record_stream would record events on: GM_OK if the pool has a
+ * heap for it (a stream once checked), else the backend's check (stream_check_locked). */
+static inline gm_status stream_usable_locked(gm_pool *pool, gm_stream stream, const char *fn)
+{
+    return heap_find_locked(pool, stream) ? GM_OK : stream_check_locked(pool, stream, fn);
 }
 
 /* Find a block for `granted` bytes in arena a, growing the arena if needed. Inline, the first

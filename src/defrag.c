@@ -47,6 +47,7 @@
  * at most `budget` bytes copied.
  */
 #include "alloc.h"
+#include "arena.h"
 #include "blocks.h"
 #include "counters.h"
 #include "defrag.h"
@@ -416,8 +417,11 @@ static bool defrag_oom_hook(gm_pool *pool, gm_arena *a, size_t bytes)
 }
 
 static gm_status step_locked(gm_pool *pool, gm_stream stream, size_t max_bytes,
-                             gm_defrag_result *out)
+                             gm_defrag_result *out, const char *fn)
 {
+    gm_status sst = stream_usable_locked(pool, stream, fn); /* a stream copies can go on */
+    if (sst != GM_OK)
+        return sst;
     defrag_run r = {.stream = stream, .budget = max_bytes ? max_bytes : GM_DEFRAG_DEFAULT_BUDGET,
                     .time_left = pool->cfg.defrag_step_ns};
     pool_evict_caches_locked(pool);
@@ -523,6 +527,8 @@ gm_status gm_free_handle(gm_pool *pool, gm_handle *h, gm_stream stream)
     gm_status st = lookup_locked(pool, h, "gm_free_handle", true, &i);
     if (st != GM_OK)
         return pool_unlock(pool, st);
+    if ((st = stream_usable_locked(pool, stream, "gm_free_handle")) != GM_OK)
+        return pool_unlock(pool, st); /* the handle stays live */
     gm_block *b = pool->defrag.handles[i].block;
     if (pool->defrag.handles[i].pins)
         pool->defrag.pinned_live--;
@@ -557,8 +563,9 @@ gm_status gm_defrag_step(gm_pool *pool, gm_stream stream, size_t max_bytes,
         return fail_no_pool(GM_ERR_INVALID_ARGUMENT, "gm_defrag_step", "pool is NULL");
     gm_defrag_result res = {0};
     gm_mutex_lock(&pool->lock);
-    gm_status st = pool->sleep.asleep ? refuse_asleep_locked(pool, "gm_defrag_step")
-                                      : step_locked(pool, stream, max_bytes, &res);
+    gm_status st = pool->sleep.asleep
+                       ? refuse_asleep_locked(pool, "gm_defrag_step")
+                       : step_locked(pool, stream, max_bytes, &res, "gm_defrag_step");
     st = pool_unlock(pool, st);
     if (out)
         *out = res;
@@ -584,7 +591,7 @@ gm_status gm_defrag_maybe(gm_pool *pool, gm_stream stream, size_t max_bytes,
     double rate = fs.total ? 1.0 - (double)fs.largest / (double)fs.total : 0.0;
     gm_status st = GM_OK;
     if (rate > pool->cfg.defrag_threshold)
-        st = step_locked(pool, stream, max_bytes, &res);
+        st = step_locked(pool, stream, max_bytes, &res, "gm_defrag_maybe");
     st = pool_unlock(pool, st);
     if (out)
         *out = res;

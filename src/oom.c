@@ -185,8 +185,9 @@ GM_COLD gm_status alloc_refused_locked(gm_pool *pool, const gm_request *rq,
                                 "gm_alloc: size 0 is not a valid request");
     if (pool->pending)
         process_pending_locked(pool);
-    if (!heap_of_locked(pool, stream))
-        return pool_fail_locked(pool, GM_ERR_HOST_MEMORY, "gm_alloc: host memory exhausted (heap)");
+    gm_status hs;
+    if (!heap_of_locked(pool, stream, "gm_alloc", &hs))
+        return hs;
     if (rq->kind < 0)
         return fail_oom_locked(pool, size, stream, rq->why);
     size_t granted = rq->granted;

@@ -112,9 +112,9 @@ static gm_status initial_reserve(gm_pool *pool, size_t initial)
 {
     gm_backend *backend = pool->backend;
     gm_mutex_lock(&pool->lock);
-    gm_heap *h = heap_of_locked(pool, NULL);
+    gm_status st = GM_OK;
+    gm_heap *h = heap_of_locked(pool, NULL, "gm_pool_create", &st);
     gm_arena *a = h ? &h->arenas[ARENA_LARGE] : NULL;
-    gm_status st = a ? GM_OK : GM_ERR_HOST_MEMORY;
     if (st == GM_OK && initial > backend->caps.capacity)
         st = pool_fail_locked(pool, GM_ERR_OUT_OF_MEMORY,
                               "initial_reserve_bytes %zu exceeds device capacity %zu", initial,

@@ -9,6 +9,10 @@
  *     none left);
  *   - virtual address space exhausted says so (it said "the device is full" with 128 MiB
  *     reserved): the message names the address space, what the pool holds and the heaps.
+ *   - a stream the device does not know (never created, or destroyed) is refused by every call
+ *     that would keep it or record on it, with nothing changed: it was taken, and a block freed
+ *     or recorded on it waited forever for an event that could not be recorded, its memory
+ *     lost to the pool's destruction.
  * Not timed: bench/bench_streams.c measures time per operation by stream count.
  */
 #include "sim_setup.h"
@@ -126,8 +130,56 @@ static void test_vmm_hundred_streams(void)
     gm_backend_destroy(be);
 }
 
+/* gm_alloc, gm_free, gm_record_stream, gm_free_handle and gm_defrag_step on a stream the sim
+ * does not know: GM_ERR_INVALID_ARGUMENT naming the call and the stream, the pool unchanged. */
+static void test_unknown_stream(gm_segments mode)
+{
+    gm_backend *be = sim_new(0, 0, 0);
+    gm_config cfg = {0};
+    cfg.segments = mode;
+    gm_pool *pool = pool_new(be, &cfg);
+    gm_stream bogus = (gm_stream)(uintptr_t)0xdead0, gone = NULL, side = NULL;
+    REQUIRE_OK(gm_sim_stream_create(be, &gone));
+    REQUIRE_OK(gm_sim_stream_create(be, &side));
+    REQUIRE_OK(gm_sim_stream_destroy(be, gone));
+    void *p = NULL, *q = NULL;
+    CHECK_STATUS(gm_alloc(pool, MiB, bogus, &p), GM_ERR_INVALID_ARGUMENT);
+    CHECK(p == NULL);
+    CHECK_STR_CONTAINS(gm_last_error(pool), "gm_alloc: stream 0xdead0 is not a stream");
+    CHECK_STATUS(gm_alloc(pool, MiB, gone, &p), GM_ERR_INVALID_ARGUMENT);
+    CHECK_EQ_U(stats_of(pool).reserved_bytes, 0);
+    REQUIRE_OK(gm_alloc(pool, 3 * MiB, NULL, &p));
+    gm_stats before = stats_of(pool);
+    CHECK_STATUS(gm_record_stream(pool, p, bogus), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(pool), "gm_record_stream: stream 0xdead0");
+    CHECK_STATUS(gm_free(pool, p, gone), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(pool), "gm_free: stream");
+    gm_stats after = stats_of(pool);
+    CHECK_EQ_U(after.live_bytes, before.live_bytes); /* still live: freed below */
+    CHECK_EQ_U(after.free_count, before.free_count);
+    gm_handle *h = NULL;
+    REQUIRE_OK(gm_alloc_movable(pool, MiB, NULL, &h));
+    CHECK_STATUS(gm_free_handle(pool, h, bogus), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_defrag_step(pool, bogus, 0, NULL), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_last_error(pool), "gm_defrag_step: stream");
+    CHECK_OK(gm_free_handle(pool, h, NULL)); /* the handle stayed live */
+    /* a stream the device knows, with no heap in the pool, is taken */
+    CHECK_OK(gm_record_stream(pool, p, side));
+    CHECK_OK(gm_free(pool, p, NULL));
+    CHECK_OK(gm_alloc(pool, MiB, side, &q));
+    CHECK_OK(gm_free(pool, q, side));
+    CHECK_OK(gm_pool_check(pool));
+    CHECK_OK(gm_trim(pool, 0));
+    CHECK_EQ_U(stats_of(pool).reserved_bytes, 0); /* nothing waits on a stream forever */
+    CHECK_OK(gm_pool_destroy(pool));
+    CHECK_OK(gm_sim_stream_destroy(be, side));
+    gm_backend_destroy(be);
+}
+
 int main(void)
 {
+    test_unknown_stream(GM_SEGMENTS_PLAIN);
+    test_unknown_stream(GM_SEGMENTS_VMM);
     test_thousand_streams(GM_SEGMENTS_PLAIN, MiB); /* the small arena */
     test_thousand_streams(GM_SEGMENTS_VMM, MiB);
     test_thousand_streams(GM_SEGMENTS_PLAIN, 2 * MiB); /* the large arena */

@@ -81,6 +81,10 @@ typedef struct gm_backend_ops {
     gm_status (*event_query)(gm_backend *b, gm_event ev);
     gm_status (*stream_wait_event)(gm_backend *b, gm_stream s, gm_event ev);
     gm_status (*stream_sync)(gm_backend *b, gm_stream s);
+    /* Optional (NULL: not checked): GM_OK if s is a stream this device's work can be queued
+     * on, else a status and message. The pool asks before it keeps a stream it has no heap
+     * for (docs/api.md, "Chosen behaviours"). Not counted: no device work. */
+    gm_status (*stream_check)(gm_backend *b, gm_stream s);
 
     gm_status (*mem_info)(gm_backend *b, size_t *free_bytes, size_t *total_bytes);
     gm_status (*info)(gm_backend *b, gm_device_info *out);

@@ -118,6 +118,15 @@ static gm_status sim_stream_sync(gm_backend *b, gm_stream str)
     return sim_leave(s, GM_OK, GM_CALL_STREAM_SYNC, 0);
 }
 
+static gm_status sim_stream_check(gm_backend *b, gm_stream str)
+{
+    sim *s = sim_enter(b);
+    gm_status st;
+    uint32_t si = 0;
+    (void)sim_stream_get_locked(s, str, "stream_check", &si, &st);
+    return sim_leave(s, st, SIM_NO_CALL, 0);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Peer access between the devices of one system (docs/multi-gpu.md)
  * ------------------------------------------------------------------------------------------- */
@@ -291,6 +300,7 @@ const gm_backend_ops sim_ops = {
     .event_query = sim_event_query,
     .stream_wait_event = sim_stream_wait_event,
     .stream_sync = sim_stream_sync,
+    .stream_check = sim_stream_check,
     .mem_info = sim_mem_info,
     .info = sim_info,
     .clock_ns = sim_clock_ns,

@@ -1,6 +1,7 @@
 """The pip-installed `gpumem` package on the simulated backend (run by run_tests.sh, which
 installs it first). GPUMEM_CLI: the gpumem binary, to cross-check replays; GPUMEM_SRC: the
 checkout (traces, header)."""
+import ctypes
 import gzip
 import json
 import os
@@ -105,11 +106,14 @@ class PoolTests(unittest.TestCase):
             gpumem.Pool("tpu")
 
     def test_close_after_device_refusal(self):
-        """A block freed on a stream the device does not know cannot be synchronized, so the
-        pool keeps its memory and closing says so (backend error); the pool is gone all the
+        """A stream destroyed while its heap still holds memory cannot be synchronized, so the
+        pool keeps that memory and closing says so (backend error); the pool is gone all the
         same: no second destroy when it is collected (before: a double free)."""
         pool = gpumem.Pool("sim")
-        pool.free(pool.alloc(4096), stream=0x7)
+        s1 = pool.stream()
+        pool.free(pool.alloc(4096, stream=s1), stream=s1)
+        self.assertEqual(gpumem._lib.gm_sim_stream_destroy(pool._backend, ctypes.c_void_p(s1)),
+                         0)  # against the contract (docs/api.md): the stream outlives the pool
         with self.assertRaises(gpumem.GpumemError) as e:
             pool.close()
         self.assertEqual(e.exception.status, "backend error")
@@ -121,6 +125,28 @@ class PoolTests(unittest.TestCase):
         s1 = s.stream()
         s.free(s.alloc(4096, stream=s1), stream=s1)  # a stream of the sim: synchronized
         s.close()
+
+
+    def test_streams_the_device_does_not_know(self):
+        """Before: alloc, free and record_stream took any int as a stream; a block freed or
+        recorded on one waited forever for an event that could not be recorded, and closing
+        the pool left its memory on the device. Now each is refused with nothing changed."""
+        pool = gpumem.Pool("sim")
+        bogus = 0xDEAD0
+        with self.assertRaisesRegex(gpumem.InvalidArgumentError, "gm_alloc: stream 0xdead0"):
+            pool.alloc(4096, stream=bogus)
+        a = pool.alloc(3 << 20)
+        with self.assertRaisesRegex(gpumem.InvalidArgumentError, "gm_record_stream: stream"):
+            pool.record_stream(a, bogus)
+        with self.assertRaisesRegex(gpumem.InvalidArgumentError, "gm_free: stream"):
+            pool.free(a, stream=bogus)
+        self.assertEqual(pool.stats()["live_bytes"], 3 << 20)  # still live, still ours
+        side = pool.stream()  # a stream the device knows, with no heap: taken
+        pool.record_stream(a, side)
+        pool.free(a)
+        pool.trim()
+        self.assertEqual(pool.stats()["reserved_bytes"], 0)
+        pool.close()  # nothing left on the device
 
 
 class ErrorTests(unittest.TestCase):

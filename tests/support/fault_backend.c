@@ -211,6 +211,14 @@ static gm_status fault_stream_sync(gm_backend *b, gm_stream s)
     FORWARD(f, GM_CALL_STREAM_SYNC, stream_sync(f->inner, s));
 }
 
+/* Not a device call: passed through, never failed (a failure here is the stream's, not the
+ * device's). */
+static gm_status fault_stream_check(gm_backend *b, gm_stream s)
+{
+    gm_backend *in = fault_of(b)->inner;
+    return in->ops->stream_check ? in->ops->stream_check(in, s) : GM_OK;
+}
+
 static gm_status fault_mem_info(gm_backend *b, size_t *free_bytes, size_t *total_bytes)
 {
     fault_backend *f = fault_of(b);
@@ -346,6 +354,7 @@ static const gm_backend_ops fault_ops = {
     .event_query = fault_event_query,
     .stream_wait_event = fault_stream_wait_event,
     .stream_sync = fault_stream_sync,
+    .stream_check = fault_stream_check,
     .mem_info = fault_mem_info,
     .info = fault_info,
     .clock_ns = fault_clock_ns,
