@@ -455,6 +455,10 @@ class Pool:
     def __exit__(self, *exc):
         self.close(force=exc[0] is not None)
 
+    def __reduce__(self):
+        raise TypeError("gpumem.Pool cannot be pickled or copied: it owns this process's device "
+                        "memory (make a Pool in the other process)")
+
     def __del__(self):
         try:
             if getattr(self, "_pool", None) is not None:

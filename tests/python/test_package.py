@@ -127,6 +127,17 @@ class PoolTests(unittest.TestCase):
         s.close()
 
 
+    def test_not_picklable(self):
+        """Before: ValueError "ctypes objects containing pointers cannot be pickled", which
+        named neither the Pool nor why."""
+        import copy
+        with gpumem.Pool("sim") as pool:
+            for f in (pickle.dumps, copy.copy, copy.deepcopy):
+                with self.assertRaisesRegex(TypeError, "gpumem.Pool cannot be pickled"):
+                    f(pool)
+            self.assertEqual(pool.stats()["reserved_bytes"], 0)  # still usable
+            pool.free(pool.alloc(4096))
+
     def test_streams_the_device_does_not_know(self):
         """Before: alloc, free and record_stream took any int as a stream; a block freed or
         recorded on one waited forever for an event that could not be recorded, and closing
