@@ -59,11 +59,22 @@ def _current_stream_fn():
     return None
 
 
+def _cupy():
+    """The cupy module, or ModuleNotFoundError saying that gpumem.cupy needs it."""
+    try:
+        import cupy
+    except ImportError as e:
+        raise ModuleNotFoundError("gpumem.cupy needs CuPy (e.g. pip install cupy-cuda13x), which "
+                                  "could not be imported (%s)" % e, name="cupy") from e
+    return cupy
+
+
 def enable(conf=None):
     """Make gpumem CuPy's allocator (cupy.cuda.set_allocator) for this process. ``conf``: pool
     settings ("segments=vmm,reserve_limit=60GiB"); None reads $GPUMEM_CONF. A bad setting raises
-    ValueError when the first device opens its pool (at once for the current device)."""
-    import cupy
+    ValueError when the first device opens its pool (at once for the current device). Without
+    CuPy: ModuleNotFoundError saying so."""
+    cupy = _cupy()
     from cupy.cuda import memory
     if conf is None:
         conf = os.environ.get("GPUMEM_CONF", "")
@@ -110,10 +121,9 @@ def enabled():
 def disable():
     """Give CuPy its previous allocator back. gpumem's pools stay (arrays still alive keep
     their memory); they are released at exit."""
-    import cupy
     if _state["allocator"] is None:
         return
-    cupy.cuda.set_allocator(_state["previous"])
+    _cupy().cuda.set_allocator(_state["previous"])
     _state["allocator"] = None
 
 
@@ -121,8 +131,7 @@ def _pool(device):
     if _state["handle"] is None:
         raise gpumem.GpumemError("invalid argument", "gpumem.cupy is not enabled")
     if device is None:
-        import cupy
-        device = cupy.cuda.runtime.getDevice()
+        device = _cupy().cuda.runtime.getDevice()
     p = _state["lib"].gmpy_cupy_existing_pool(_state["handle"], int(device))
     if not p:
         raise gpumem.GpumemError("invalid argument", "device %d has no gpumem pool yet" % device)

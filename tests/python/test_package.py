@@ -41,8 +41,9 @@ class Package(unittest.TestCase):
         try:
             import cupy  # noqa: F401
         except ImportError:
-            with self.assertRaises(ImportError):
+            with self.assertRaisesRegex(ImportError, "gpumem.cupy needs CuPy"):
                 gc.enable()
+            gc.disable()  # not enabled: nothing to give back, CuPy or not
 
 
 class PoolTests(unittest.TestCase):
