@@ -81,7 +81,7 @@ def measure(mode, specs, warmup):
             "mode": label, "w": name, "steps": n, "median_ms": ms[n // 2],
             "p10_ms": ms[n // 10], "p90_ms": ms[9 * n // 10], "sum_ms": sum(ms), "wall_s": wall,
             "r_l": torch.cuda.max_memory_reserved() / max(1, torch.cuda.max_memory_allocated()),
-            "timed_calls": timed}),
+            "timed_calls": timed, "round": int(os.environ.get("GM_STEPS_ROUND", "-1"))}),
             flush=True)
         del step
 
@@ -92,10 +92,11 @@ def summarize(rows):
     for r in rows:
         by.setdefault(r["w"], {}).setdefault(r["mode"], []).append(r)
     out = ["workload             mode                          rounds  median ms  x default  "
-           "spread (rounds)  reserved/alloc  calls/step"]
+           "spread (rounds)  paired  spread (paired)  reserved/alloc  calls/step"]
     for w in sorted(by):
         base = by[w].get("default")
         ref = statistics.median(r["median_ms"] for r in base) if base else None
+        base_of = {r["round"]: r["median_ms"] for r in base or [] if r.get("round", -1) >= 0}
         modes = sorted(by[w], key=lambda m: (m != "default", m != "expandable", m))
         for m in modes:
             rs = by[w][m]
@@ -105,9 +106,14 @@ def summarize(rows):
             spread = ("%.3f-%.3f" % (min(meds) / ref, max(meds) / ref)) if ref else "-"
             calls = sorted(sum(r["timed_calls"].values()) / r["steps"] for r in rs
                            if r.get("timed_calls") is not None)
-            out.append("%-20s %-29s %6d %10.3f %s  %15s  %15.3f  %10s" % (
-                w, m[:29], len(rs), med, rel, spread, max(r["r_l"] for r in rs),
-                "%.2f" % calls[len(calls) // 2] if calls else "-"))
+            # each round's median over default's in the same round: the two ran back to back
+            pairs = sorted(r["median_ms"] / base_of[r["round"]] for r in rs
+                           if r.get("round", -1) in base_of)
+            paired = "%.3f" % statistics.median(pairs) if pairs else "-"
+            pspread = "%.3f-%.3f" % (pairs[0], pairs[-1]) if pairs else "-"
+            out.append("%-20s %-29s %6d %10.3f %s  %15s  %6s  %15s  %14.3f  %10s" % (
+                w, m[:29], len(rs), med, rel, spread, paired, pspread,
+                max(r["r_l"] for r in rs), "%.2f" % calls[len(calls) // 2] if calls else "-"))
     return out
 
 

@@ -99,7 +99,17 @@ net = [ln.split() for ln in lines if ln.startswith("net")]
 check([r[1] for r in net] == ["default", "expandable", "gpumem"], "order: %s" % net)
 check(net[0][2:5] == ["3", "10.000", "1.000"] and net[0][5] == "0.800-1.200", "default: %s" % net[0])
 check(net[2][2:5] == ["3", "10.000", "1.000"] and net[2][5] == "0.900-1.100" and
-      net[2][6] == "1.040", "gpumem: %s" % net[2])
+      net[2][6:8] == ["-", "-"] and net[2][8] == "1.040", "gpumem: %s" % net[2])
+
+# With rounds recorded, each mode's round over default's in the same round: the median and the
+# spread of those pairs (rounds 0-2: 11/10, 9/12, 10/8; a round without default is left out).
+for r, rnd in zip(rows, (0, 0, 1, 1, 2, 2, 2)):
+    r["round"] = rnd
+rows.append(dict(w="net", mode="gpumem", median_ms=50.0, r_l=1.0, round=7))
+paired = {ln.split()[1]: ln.split() for ln in corpus_steps.summarize(rows)
+          if ln.startswith("net")}
+check(paired["gpumem"][6:8] == ["1.100", "0.750-1.250"], "paired: %s" % paired["gpumem"])
+check(paired["default"][6:8] == ["1.000", "1.000-1.000"], "default paired: %s" % paired["default"])
 check(net[1][3:5] == ["10.500", "1.050"], "expandable: %s" % net[1])
 alone = [ln.split() for ln in lines if ln.startswith("alone")][0]
 check(alone[4] == "-" and alone[5] == "-", "no default, no ratio: %s" % alone)
