@@ -584,6 +584,12 @@ gm_status gm_defrag_maybe(gm_pool *pool, gm_stream stream, size_t max_bytes,
             *out = res;
         return pool_unlock(pool, refuse_asleep_locked(pool, "gm_defrag_maybe"));
     }
+    gm_status sst = stream_usable_locked(pool, stream, "gm_defrag_maybe"); /* step or not */
+    if (sst != GM_OK) {
+        if (out)
+            *out = res;
+        return pool_unlock(pool, sst);
+    }
     free_summary fs;
     tcache_stop_world_locked(pool);
     free_summary_locked(pool, &fs);

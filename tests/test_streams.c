@@ -162,6 +162,8 @@ static void test_unknown_stream(gm_segments mode)
     CHECK_STATUS(gm_free_handle(pool, h, bogus), GM_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(gm_defrag_step(pool, bogus, 0, NULL), GM_ERR_INVALID_ARGUMENT);
     CHECK_STR_CONTAINS(gm_last_error(pool), "gm_defrag_step: stream");
+    CHECK_STATUS(gm_defrag_maybe(pool, bogus, 0, NULL), GM_ERR_INVALID_ARGUMENT); /* below the
+                                                            threshold too: it would do nothing */
     CHECK_OK(gm_free_handle(pool, h, NULL)); /* the handle stayed live */
     /* a stream the device knows, with no heap in the pool, is taken */
     CHECK_OK(gm_record_stream(pool, p, side));
