@@ -42,29 +42,33 @@ GM_COLD gm_heap *heap_find_or_add_locked(gm_pool *pool, gm_stream stream, const 
  * no hash, one of thousands (a stream per request) no walk over every heap per call. */
 enum { HEAP_SCAN = 8 };
 
-/* The heap of `stream` if the pool has one, else NULL. A pointer walk with a count down over
- * the first heaps (at most HEAP_SCAN): no index to scale and no end to compute (usually one or
- * two heaps; heaps is NULL before the first, and is then not stepped); the rest out of line,
- * through a hash index. */
-static inline gm_heap *heap_find_locked(gm_pool *pool, gm_stream stream)
+/* The heap of `stream` among the first heaps (at most HEAP_SCAN), or NULL: a pointer walk with
+ * a count down, no index to scale and no end to compute (usually one or two heaps; heaps is
+ * NULL before the first, and is then not stepped). */
+static inline gm_heap *heap_scan_locked(gm_pool *pool, gm_stream stream)
 {
     gm_heap *h = pool->heaps;
     for (size_t n = pool->heap_scan; n; n--, h++)
         if (h->stream == stream)
             return h;
-    return pool->heap_count > pool->heap_scan ? heap_find_past_scan_locked(pool, stream) : NULL;
+    return NULL;
 }
 
-/* The heap of `stream`, created on first use (heap_find_or_add_locked); NULL with the status in
- * *st if the backend refuses the stream or host memory is exhausted. */
+/* The heap of `stream` if the pool has one, else NULL: the scan, then the hash index. */
+static inline gm_heap *heap_find_locked(gm_pool *pool, gm_stream stream)
+{
+    gm_heap *h = heap_scan_locked(pool, stream);
+    return h || pool->heap_count <= pool->heap_scan ? h
+                                                    : heap_find_past_scan_locked(pool, stream);
+}
+
+/* The heap of `stream`, created on first use (heap_find_or_add_locked, out of line); NULL with
+ * the status in *st if the backend refuses the stream or host memory is exhausted. */
 static inline gm_heap *heap_of_locked(gm_pool *pool, gm_stream stream, const char *fn,
                                       gm_status *st)
 {
-    gm_heap *h = pool->heaps;
-    for (size_t n = pool->heap_scan; n; n--, h++)
-        if (h->stream == stream)
-            return h;
-    return heap_find_or_add_locked(pool, stream, fn, st);
+    gm_heap *h = heap_scan_locked(pool, stream);
+    return h ? h : heap_find_or_add_locked(pool, stream, fn, st);
 }
 
 /* A stream that gm_free or gm_record_stream would record events on: GM_OK if the pool has a
