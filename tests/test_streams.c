@@ -9,7 +9,8 @@
  *     none left);
  *   - virtual address space exhausted says so (it said "the device is full" with 128 MiB
  *     reserved): the message names the address space, what the pool holds and the heaps.
- *   - a stream the device does not know (never created, or destroyed) is refused by every call
+ *   - a stream the device does not know (never created, destroyed, or another device's or
+ *     simulated machine's) is refused by every call
  *     that would keep it or record on it, with nothing changed: it was taken, and a block freed
  *     or recorded on it waited forever for an event that could not be recorded, its memory
  *     lost to the pool's destruction.
@@ -178,8 +179,39 @@ static void test_unknown_stream(gm_segments mode)
     gm_backend_destroy(be);
 }
 
+/* A stream of another device of the same machine, or of another simulated machine, is no
+ * stream of this pool's device (as a CUDA stream of another context): refused, nothing kept. */
+static void test_other_device_stream(void)
+{
+    gm_backend *dev[2] = {NULL, NULL}, *lone = sim_new(0, 0, 0);
+    gm_sim_config sc = {0};
+    REQUIRE_OK(gm_sim_devices_create(&sc, 2, dev));
+    gm_pool *pool = pool_new(dev[0], &(gm_config){0});
+    gm_stream mine = NULL, theirs = NULL, elsewhere = NULL;
+    REQUIRE_OK(gm_sim_stream_create(dev[0], &mine));
+    REQUIRE_OK(gm_sim_stream_create(dev[1], &theirs));
+    REQUIRE_OK(gm_sim_stream_create(lone, &elsewhere));
+    CHECK(mine != theirs && mine != elsewhere); /* first streams of each: told apart */
+    void *p = NULL;
+    CHECK_STATUS(gm_alloc(pool, MiB, theirs, &p), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(gm_alloc(pool, MiB, elsewhere, &p), GM_ERR_INVALID_ARGUMENT);
+    REQUIRE_OK(gm_alloc(pool, MiB, mine, &p));
+    CHECK_STATUS(gm_record_stream(pool, p, theirs), GM_ERR_INVALID_ARGUMENT);
+    CHECK_OK(gm_free(pool, p, mine));
+    CHECK_OK(gm_trim(pool, 0));
+    CHECK_EQ_U(stats_of(pool).reserved_bytes, 0);
+    CHECK_OK(gm_pool_destroy(pool));
+    CHECK_OK(gm_sim_stream_destroy(dev[0], mine));
+    CHECK_OK(gm_sim_stream_destroy(dev[1], theirs));
+    CHECK_OK(gm_sim_stream_destroy(lone, elsewhere));
+    gm_backend_destroy(dev[1]);
+    gm_backend_destroy(dev[0]);
+    gm_backend_destroy(lone);
+}
+
 int main(void)
 {
+    test_other_device_stream();
     test_unknown_stream(GM_SEGMENTS_PLAIN);
     test_unknown_stream(GM_SEGMENTS_VMM);
     test_thousand_streams(GM_SEGMENTS_PLAIN, MiB); /* the small arena */

@@ -357,8 +357,11 @@ static gm_status sim_device_new(const gm_sim_config *cfg, sim_system *sys, int o
     sim *s = gm_host_calloc(1, sizeof *s);
     if (!s)
         return sim_host_memory_error("gm_sim_backend_create");
+    static _Atomic uint32_t sims_made;
     s->sys = sys;
     s->ordinal = ordinal;
+    s->stream_tag = (uint32_t)(((atomic_fetch_add(&sims_made, 1) + 1) & 0xffffffu) << 8) |
+                    (uint32_t)SIM_STREAM_TAG;
     s->host_fd = -1;
     s->capacity = capacity;
     s->gran = gran;
@@ -470,7 +473,7 @@ gm_status gm_sim_stream_create(gm_backend *backend, gm_stream *out)
     sim_unlock(s);
     if (!ok)
         return sim_host_memory_error("gm_sim_stream_create");
-    *out = (gm_stream)(uintptr_t)(((uint64_t)idx << 32) | SIM_STREAM_TAG);
+    *out = (gm_stream)(uintptr_t)(((uint64_t)idx << 32) | s->stream_tag);
     return GM_OK;
 }
 

@@ -361,7 +361,8 @@ void sim_event_free_locked(sim *s, event_slot *e)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Streams. A handle is (index << 32) | SIM_STREAM_TAG; NULL and CUDA's two special handles
+ * Streams. A handle is (index << 32) | stream_tag (SIM_STREAM_TAG and the sim's own number: a
+ * stream of another device or sim is none here); NULL and CUDA's two special handles
  * (cudaStreamLegacy = 1, cudaStreamPerThread = 2) are the default stream, index 0.
  * ------------------------------------------------------------------------------------------- */
 

@@ -76,7 +76,8 @@ static const uintptr_t SIM_VA_BASE = (uintptr_t)1 << 40;   /* no host backing: 1
 static const size_t SIM_VA_PER_CAPACITY = 64;
 static const size_t SIM_VA_PER_CAPACITY_HOST = 8;
 static const uint32_t SIM_NO_SLOT = UINT32_MAX;
-static const uint64_t SIM_STREAM_TAG = 0x51;                /* low bits of a stream handle */
+static const uint64_t SIM_STREAM_TAG = 0x51; /* low 8 bits of a stream handle; bits 8-31 name
+                                                 the sim that made it (sim.stream_tag) */
 
 typedef enum range_kind { RANGE_SEGMENT, RANGE_RESERVE, RANGE_IMPORT } range_kind;
 
@@ -170,6 +171,9 @@ struct sim {
     gm_backend base; /* first, so a gm_backend * is a sim * */
     sim_system *sys;
     int ordinal;
+    uint32_t stream_tag; /* the low 32 bits of this device's stream handles: SIM_STREAM_TAG and
+                            a number of its own, so that another device's stream (or another
+                            sim's) is no stream here, as a CUDA stream of another context */
     uint64_t plain_peers; /* bit d: device d may access every plain segment (peer access) */
     bool manual_streams, no_costs;
     uint64_t kernel_ns; /* nonzero: a kernel runs this long after the last one queued before it */
@@ -287,7 +291,7 @@ static inline bool sim_stream_index_locked(const sim *s, gm_stream h, uint32_t *
         return true;
     }
     uint64_t idx = v >> 32;
-    if ((v & 0xffffffffu) != SIM_STREAM_TAG || idx == 0 || idx >= s->stream_count ||
+    if ((v & 0xffffffffu) != s->stream_tag || idx == 0 || idx >= s->stream_count ||
         !s->streams[idx].live)
         return false;
     *out = (uint32_t)idx;
