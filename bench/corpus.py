@@ -8,8 +8,9 @@ each column (traces/corpus/README.md says how the traces were made).
                     [--jobs N] [--json FILE] [--summary] [TRACE...]
 
 Splits: the corpus's traces are ranked by the SHA-256 of their names; the first half is `tune`
-(defaults are chosen on it), the second `test` (reported, never tuned on). traces/*.csv.gz and
-traces/live/ are `bundled`: earlier defaults were tuned on them.
+(defaults are chosen on it), the second `test` (reported, never tuned on). traces/heldout/ is
+`heldout`: programs written after the defaults were fixed, never tuned on (its README says
+when). traces/*.csv.gz and traces/live/ are `bundled`: earlier defaults were tuned on them.
 
 Columns:
   r/l        gpumem's peak reserved / peak live (the replay's)
@@ -71,10 +72,11 @@ def name_of(path):
 
 
 def splits(paths):
-    """{path: split}: corpus traces ranked by the SHA-256 of the name, first half tune."""
+    """{path: split}: corpus traces ranked by the SHA-256 of the name, first half tune;
+    traces/heldout/'s are `heldout`; the rest `bundled`."""
     corpus = sorted((p for p in paths if os.sep + "corpus" + os.sep in p),
                     key=lambda p: hashlib.sha256(name_of(p).encode()).hexdigest())
-    out = {p: "bundled" for p in paths}
+    out = {p: "heldout" if os.sep + "heldout" + os.sep in p else "bundled" for p in paths}
     for i, p in enumerate(corpus):
         out[p] = "tune" if i < (len(corpus) + 1) // 2 else "test"
     return out
@@ -178,7 +180,7 @@ def print_table(rows, summary_only):
     head = "%-22s %-7s %3s %8s " % ("trace", "split", "st", "live GB") + " ".join(
         "%*s" % (int(re.match(r"\d+", spec).group()), h) for h, _, spec in COLS)
     print(head + ("" if summary_only else "  misses"))
-    for split in ("tune", "test", "bundled"):
+    for split in ("tune", "test", "heldout", "bundled"):
         rs = [r for r in rows if r["split"] == split]
         if not rs:
             continue
@@ -214,6 +216,7 @@ def main(argv=None):
     ap.add_argument("--summary", action="store_true", help="only the worst/median lines")
     a = ap.parse_args(argv)
     paths = a.traces or sorted(glob.glob(os.path.join(ROOT, "traces", "corpus", "*.csv.gz"))) + \
+        sorted(glob.glob(os.path.join(ROOT, "traces", "heldout", "*.csv.gz"))) + \
         sorted(glob.glob(os.path.join(ROOT, "traces", "*.csv.gz"))) + \
         sorted(glob.glob(os.path.join(ROOT, "traces", "live", "*.csv.gz")))
     if not os.access(a.gpumem, os.X_OK):

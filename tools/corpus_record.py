@@ -1,4 +1,5 @@
-"""Run one corpus workload (tools/corpus_workloads.py) on the GPU under one allocator and print
+"""Run one corpus workload (tools/corpus_workloads.py) or held-out one
+(tools/heldout_workloads.py) on the GPU under one allocator and print
 its figures as one JSON line; with --record, also write its allocation trace.
 
 usage: corpus_record.py NAME OUTDIR --alloc default|expandable|gpumem [--record]
@@ -43,13 +44,15 @@ def main():
     import torch
     sys.path.insert(0, HERE)
     import corpus_workloads
+    import heldout_workloads
+    workloads = dict(corpus_workloads.WORKLOADS, **heldout_workloads.HELD_OUT)
     torch.manual_seed(0)
     torch.cuda.init()
     if a.record and a.alloc == "default":
         torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
                                                  max_entries=20_000_000)
     t0 = time.time()
-    step, steps = corpus_workloads.WORKLOADS[a.name]("cuda")
+    step, steps = workloads[a.name]("cuda")
     times = []
     for i in range(steps):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -6,6 +6,7 @@ when live climbs after it; corpus.py marks a steady-state miss the floor makes u
 corpus_steps.py's summary of step times over interleaved rounds and calls per step;
 corpus_max_batch.py's summary; corpus_loop.py's loop traces and offline plan.
 usage: test_corpus_tools.py SOURCE_DIR"""
+import glob
 import math
 import os
 import sys
@@ -46,6 +47,29 @@ check(sum(v == "tune" for v in s.values()) == 3, "3 of 5 corpus traces in tune: 
 check(sum(v == "test" for v in s.values()) == 2, "2 of 5 in test")
 check(s[paths[5]] == "bundled" and s[paths[6]] == "bundled", "traces/ and live/ are bundled")
 check(corpus.splits(list(reversed(paths))) == s, "the split does not depend on the order")
+held = ["/x/traces/heldout/%s.csv.gz" % n for n in ("p", "q")]
+s2 = corpus.splits(paths + held)
+check(all(s2[p] == "heldout" for p in held), "traces/heldout/ is its own split: %s" % s2)
+check(all(s2[p] == s[p] for p in paths), "held-out traces do not move the corpus's halves")
+
+# Held-out workloads are not corpus workloads: their names are apart, and the scripts that list
+# the corpus (its WORKLOADS tuple, parsed without torch) do not list them.
+def names_in(path, var):
+    import ast
+    for node in ast.parse(open(path).read()).body:
+        if isinstance(node, ast.Assign) and node.targets[0].id == var:
+            return {e.id for e in node.value.generators[0].iter.elts}
+    return set()
+
+
+tools = os.path.join(SRC, "tools")
+corpus_names = names_in(os.path.join(tools, "corpus_workloads.py"), "WORKLOADS")
+held_names = names_in(os.path.join(tools, "heldout_workloads.py"), "HELD_OUT")
+check(len(corpus_names) >= 24 and len(held_names) >= 8, "%d corpus, %d held-out workloads" % (
+    len(corpus_names), len(held_names)))
+check(not corpus_names & held_names, "no workload is both: %s" % (corpus_names & held_names))
+check(not held_names & {corpus.name_of(p) for p in glob.glob(
+    os.path.join(SRC, "traces", "corpus", "*.csv.gz"))}, "no held-out trace in traces/corpus")
 
 # The floor: peak in the first quarter -> no step is needed after it.
 flat = trace([("allocate", i, 8) for i in range(40)] +
