@@ -46,7 +46,7 @@ def search(cw, torch, name, dev, limit_x, steps):
         torch.manual_seed(0)
         ok = True
         try:
-            step, n = cw.WORKLOADS[name](dev)
+            step, n = cw.workload(name)(dev)
             for i in range(min(n, steps)):
                 step(i)
             torch.cuda.synchronize()
@@ -99,8 +99,9 @@ def measure(mode, names, limit_x, steps):
     dev = torch.device("cuda")
     torch.zeros(1, device=dev)
     for name in names.split(","):
-        if name not in cw.WORKLOADS:
-            sys.exit("corpus_max_batch.py: %r is no workload of tools/corpus_workloads.py" % name)
+        if cw.workload(name) is None:
+            sys.exit("corpus_max_batch.py: %r is no workload of tools/corpus_workloads.py or "
+                     "tools/heldout_workloads.py" % name)
         t0 = time.perf_counter()
         scale, limit, trials = search(cw, torch, name, dev, limit_x, steps)
         print(json.dumps({"mode": label, "w": name, "scale": scale, "limit": limit,

@@ -52,12 +52,12 @@ def measure(mode, specs, warmup):
     for spec in specs.split(","):
         name, n = spec.split(":")
         n = int(n)
-        if name not in cw.WORKLOADS or n < 10:
-            sys.exit("corpus_steps.py: %r: a workload of tools/corpus_workloads.py and at least "
-                     "10 steps" % spec)
+        if cw.workload(name) is None or n < 10:
+            sys.exit("corpus_steps.py: %r: a workload of tools/corpus_workloads.py or "
+                     "tools/heldout_workloads.py and at least 10 steps" % spec)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        step, _ = cw.WORKLOADS[name](dev)
+        step, _ = cw.workload(name)(dev)
         ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(n)]
         t0 = time.perf_counter()

@@ -44,15 +44,17 @@ def main():
     import torch
     sys.path.insert(0, HERE)
     import corpus_workloads
-    import heldout_workloads
-    workloads = dict(corpus_workloads.WORKLOADS, **heldout_workloads.HELD_OUT)
     torch.manual_seed(0)
     torch.cuda.init()
     if a.record and a.alloc == "default":
         torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
                                                  max_entries=20_000_000)
     t0 = time.time()
-    step, steps = workloads[a.name]("cuda")
+    make = corpus_workloads.workload(a.name)
+    if make is None:
+        sys.exit("corpus_record.py: %r is no workload of tools/corpus_workloads.py or "
+                 "tools/heldout_workloads.py" % a.name)
+    step, steps = make("cuda")
     times = []
     for i in range(steps):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

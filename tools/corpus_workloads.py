@@ -565,3 +565,12 @@ WORKLOADS = {f.__name__: f for f in (
     tiny_cnn_train, lstm_train, mlp_compile_train, side_prefetch_resnet, comm_overlap_gpt2,
     rl_alternate, dyn_mlp_infer)}
 MULTI_STREAM = {"side_prefetch_resnet", "comm_overlap_gpt2"}
+
+
+def workload(name):
+    """The workload called name: the corpus's, or a held-out one (tools/heldout_workloads.py,
+    imported here on first use: it builds on this module); None if neither has it."""
+    if name in WORKLOADS:
+        return WORKLOADS[name]
+    import heldout_workloads
+    return heldout_workloads.HELD_OUT.get(name)
