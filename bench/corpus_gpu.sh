@@ -4,7 +4,8 @@
 # its trace) and under expandable_segments (and, with MODES containing gpumem, through gpumem's
 # backend, which must be installed in the torch interpreter); the figures go to
 # OUT_DIR/NAME.json as the trace's sidecar, the trace to OUT_DIR/NAME.csv.gz.
-# usage: bench/corpus_gpu.sh OUT_DIR [WORKLOADS] (comma-separated; default: all)
+# usage: bench/corpus_gpu.sh OUT_DIR [WORKLOADS] (comma-separated; default: all of the corpus;
+#   tools/heldout_workloads.py's names run too, for traces/heldout/)
 #   MODES: default,expandable (default) or default,expandable,gpumem
 #   PER_RUN_S: a run's time limit (default 240 s); PYTHON: the interpreter with torch;
 #   CORPUS_NOTE: a note for the sidecars (e.g. that other workloads ran on the device at once).

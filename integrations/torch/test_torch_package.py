@@ -77,6 +77,37 @@ try:
 except TypeError:
     pass
 
+# Arguments of the wrong kind are refused before torch is needed, whether or not it is there:
+# settings text that is not a str, a trace= folder that does not exist, a device that is no
+# CUDA ordinal, a byte count that is no int >= 0.
+refusals = (
+    ("enable(5)", lambda: gmt.enable(5), TypeError, "settings text"),
+    ("enable(b'x')", lambda: gmt.enable(b"x"), TypeError, "not bytes"),
+    ("effective_conf(3)", lambda: gmt.effective_conf(3), TypeError, "not int"),
+    ("enable(trace=missing)", lambda: gmt.enable("trace=/nonexistent-gpumem-dir/t.csv.gz"),
+     ValueError, "'/nonexistent-gpumem-dir' does not exist"),
+    ("stats(1.5)", lambda: gmt.stats(1.5), TypeError, "not float"),
+    ("stats(True)", lambda: gmt.stats(True), TypeError, "not bool"),
+    ("stats(-1)", lambda: gmt.stats(-1), ValueError, ">= 0"),
+    ("snapshot('cpu')", lambda: gmt.snapshot("cpu"), ValueError, "not a CUDA device"),
+    ("summary('cuda:x')", lambda: gmt.summary("cuda:x"), ValueError, "not a CUDA device"),
+    ("last_error(None)", lambda: gmt.last_error(None), TypeError, "not NoneType"),
+    ("sleep_stats([0])", lambda: gmt.sleep_stats([0]), TypeError, "not list"),
+    ("trim(-1)", lambda: gmt.trim(-1), ValueError, ">= 0 bytes"),
+    ("trim(1.0)", lambda: gmt.trim(1.0), TypeError, "not float"),
+    ("trim(0, device=-2)", lambda: gmt.trim(0, device=-2), ValueError, ">= 0"))
+torch_loaded = "torch" in sys.modules
+for what, call, exc, words in refusals:
+    try:
+        call()
+        check(False, what + " accepted")
+    except exc as e:
+        check(words in str(e) and str(e).startswith("gpumem.torch."),
+              "%s: unclear message: %s" % (what, e))
+    except Exception as e:
+        check(False, "%s raised %s, not %s: %s" % (what, type(e).__name__, exc.__name__, e))
+check(torch_loaded or "torch" not in sys.modules, "a refusal imported torch")
+
 # The settings enable() runs with: the backend's defaults, then the user's (which win).
 saved = os.environ.pop("GPUMEM_CONF", None)
 check(gmt.effective_conf() == gmt.DEFAULT_CONF, "no settings: %r" % gmt.effective_conf())

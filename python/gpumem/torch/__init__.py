@@ -78,13 +78,65 @@ def _not_built_message(err):
             "`pip install --no-build-isolation .` from the gpumem checkout (docs/torch.md)." % (err, supported))
 
 
+def _conf_text(conf, what):
+    """conf as given (None: $GPUMEM_CONF), stripped; TypeError if it is not settings text."""
+    if conf is None:
+        conf = os.environ.get("GPUMEM_CONF", "")
+    elif not isinstance(conf, str):
+        raise TypeError('%s: conf is settings text such as "reserve_limit=60GiB" (a str) or None, '
+                        "not %s" % (what, type(conf).__name__))
+    return conf.strip()
+
+
+def _check_trace_folder(conf, what):
+    """A trace=FILE setting names a file in a folder that exists and can be written: the file is
+    opened only when the first CUDA allocation creates the pool, so a bad path is told here."""
+    for item in conf.split(","):
+        key, _, value = item.partition("=")
+        if key.strip() != "trace" or not value.strip():
+            continue
+        folder = os.path.dirname(value.strip()) or "."
+        if not os.path.isdir(folder):
+            raise ValueError("%s: trace=%s: the folder %r does not exist" % (what, value.strip(),
+                                                                             folder))
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ValueError("%s: trace=%s: the folder %r is not writable" % (what, value.strip(),
+                                                                               folder))
+
+
+def _ext_device(device, what):
+    """The extension and the CUDA device ordinal that ``device`` names: an int >= 0, "cuda" or
+    "cuda:N", or a torch.device of type cuda ("cuda" alone: the current device). TypeError or
+    ValueError for anything else (before torch is needed), ValueError for an ordinal the machine
+    does not have."""
+    index = device
+    if isinstance(device, str) or type(device).__name__ == "device":
+        text = str(device)
+        kind, _, num = text.partition(":")
+        if kind != "cuda" or (num and not num.isdigit()):
+            raise ValueError("%s: device %r is not a CUDA device" % (what, text))
+        index = int(num) if num else None
+    elif isinstance(device, bool) or not isinstance(device, int):
+        raise TypeError('%s: device is an int, "cuda:N" or a torch.device, not %s'
+                        % (what, type(device).__name__))
+    elif device < 0:
+        raise ValueError("%s: device must be >= 0, not %d" % (what, device))
+    C = _ext()
+    import torch
+    count = torch.cuda.device_count()
+    if index is None:
+        index = torch.cuda.current_device() if count else 0
+    if index >= count:
+        raise ValueError("%s: device %d is not one of the %d CUDA devices of this process"
+                         % (what, index, count))
+    return C, index
+
+
 def effective_conf(conf=None):
     """The settings enable(conf) runs with: DEFAULT_CONF, then ``conf`` (None: $GPUMEM_CONF),
     whose keys win. The library's own defaults (plain segments, the size cache) come back with
     "segments=plain,cache_disable=0,vmm_mapped_first=0,vmm_unmap_thread=0"."""
-    if conf is None:
-        conf = os.environ.get("GPUMEM_CONF", "")
-    conf = conf.strip()
+    conf = _conf_text(conf, "gpumem.torch.effective_conf")
     return DEFAULT_CONF + "," + conf if conf else DEFAULT_CONF
 
 
@@ -98,9 +150,10 @@ def enable(conf=None):
     GPUMEM_CONF, so child processes that enable gpumem get the same settings. A bad setting raises
     ValueError naming it. Calling it again with the same settings does nothing; other settings
     raise GpumemError."""
+    given = _conf_text(conf, "gpumem.torch.enable")
+    _check_trace_folder(given, "gpumem.torch.enable")
     C = _ext()
     import torch
-    given = (os.environ.get("GPUMEM_CONF", "") if conf is None else conf).strip()
     conf = effective_conf(given)
     if C.installed():
         if C.conf() == conf:
@@ -132,18 +185,21 @@ def enabled():
 def stats(device=0):
     """gpumem's statistics of the device's pool (gm_stats) as a dict: live, allocated,
     reserved bytes and their peaks, segments, fragmentation, cache, device calls by kind."""
-    return _ext().stats(int(device))
+    C, d = _ext_device(device, "gpumem.torch.stats")
+    return C.stats(d)
 
 
 def snapshot(device=0):
     """Every segment and block of the device's pool (docs/api.md's snapshot format)."""
-    return json.loads(_ext().snapshot_json(int(device)))
+    C, d = _ext_device(device, "gpumem.torch.snapshot")
+    return json.loads(C.snapshot_json(d))
 
 
 def summary(device=0):
     """gpumem's summary of the device's pool as text (gm_pool_summary): current and peak live,
     allocated, reserved and cached bytes, counts, fragmentation, segments, device calls."""
-    return _ext().summary(int(device))
+    C, d = _ext_device(device, "gpumem.torch.summary")
+    return C.summary(d)
 
 
 def trace_stop():
@@ -160,12 +216,19 @@ def trace_stop():
 def trim(keep=0, device=0):
     """Give free device memory of the device's pool back until at most ``keep`` bytes stay
     reserved (torch.cuda.empty_cache() is trim(0) on every device)."""
-    _ext().trim(int(device), int(keep))
+    if isinstance(keep, bool) or not isinstance(keep, int):
+        raise TypeError("gpumem.torch.trim: keep is a byte count (an int), not %s"
+                        % type(keep).__name__)
+    if keep < 0:
+        raise ValueError("gpumem.torch.trim: keep must be >= 0 bytes, not %d" % keep)
+    C, d = _ext_device(device, "gpumem.torch.trim")
+    C.trim(d, min(keep, (1 << 64) - 1))
 
 
 def last_error(device=0):
     """The last message gpumem recorded for the device's pool ("" if none)."""
-    return _ext().last_error(int(device))
+    C, d = _ext_device(device, "gpumem.torch.last_error")
+    return C.last_error(d)
 
 
 # ---- sleep and wake (docs/sleep.md) ------------------------------------------------------------
@@ -264,7 +327,8 @@ def sleep_stats(device=0):
     sleep_saved_bytes (of tensors still live), sleeps, wakes, reserved_bytes,
     live_bytes (gm_stats), graph_pools_reserved_bytes (CUDA graphs' private pools on the
     device, which sleep leaves mapped)."""
-    return _ext().sleep_stats(int(device))
+    C, d = _ext_device(device, "gpumem.torch.sleep_stats")
+    return C.sleep_stats(d)
 
 
 class tag:
