@@ -74,10 +74,11 @@ def enable(conf=None):
     settings ("segments=vmm,reserve_limit=60GiB"); None reads $GPUMEM_CONF. A bad setting raises
     ValueError when the first device opens its pool (at once for the current device). Without
     CuPy: ModuleNotFoundError saying so."""
-    cupy = _cupy()
-    from cupy.cuda import memory
     if conf is None:
         conf = os.environ.get("GPUMEM_CONF", "")
+    gpumem._str(conf, "conf", "gpumem.cupy.enable")  # settings text, before CuPy is needed
+    cupy = _cupy()
+    from cupy.cuda import memory
     if _state["allocator"] is not None:
         if conf == _state["conf"]:
             return
@@ -127,21 +128,28 @@ def disable():
     _state["allocator"] = None
 
 
-def _pool(device):
+def _pool(device, what):
+    """The pool of ``device``: None (the current device), an int or a cupy.cuda.Device."""
+    if device is not None and type(device).__name__ == "Device" and hasattr(device, "id"):
+        device = device.id  # cupy.cuda.Device
+    if device is not None:
+        device = gpumem._int(device, "device", what, 0, gpumem._INT_MAX,
+                             " (a CUDA device ordinal, a cupy.cuda.Device) or None")
     if _state["handle"] is None:
-        raise gpumem.GpumemError("invalid argument", "gpumem.cupy is not enabled")
+        raise gpumem.GpumemError("invalid argument", "%s: gpumem.cupy is not enabled" % what)
     if device is None:
         device = _cupy().cuda.runtime.getDevice()
-    p = _state["lib"].gmpy_cupy_existing_pool(_state["handle"], int(device))
+    p = _state["lib"].gmpy_cupy_existing_pool(_state["handle"], device)
     if not p:
-        raise gpumem.GpumemError("invalid argument", "device %d has no gpumem pool yet" % device)
+        raise gpumem.GpumemError("invalid argument", "%s: device %d has no gpumem pool yet"
+                                 % (what, device))
     return p
 
 
 def stats(device=None):
     """gm_pool_stats of the device's pool (default: the current device), as a dict; also
     ``stream_aware`` (CuPy's current stream is passed on) and ``failed_frees``."""
-    d = gpumem._stats(_pool(device))
+    d = gpumem._stats(_pool(device, "gpumem.cupy.stats"))
     d["stream_aware"] = _state["stream_aware"]
     d["failed_frees"] = _state["lib"].gmpy_cupy_failed_frees(_state["handle"])
     return d
@@ -149,17 +157,17 @@ def stats(device=None):
 
 def summary(device=None):
     """gm_pool_summary of the device's pool, as text."""
-    return gpumem._summary(_pool(device))
+    return gpumem._summary(_pool(device, "gpumem.cupy.summary"))
 
 
 def snapshot(device=None):
-    return gpumem._snapshot(_pool(device))
+    return gpumem._snapshot(_pool(device, "gpumem.cupy.snapshot"))
 
 
 def trim(keep=0, device=None):
     """gm_trim: give free memory back until at most ``keep`` bytes stay reserved."""
-    p = _pool(device)
     keep = gpumem._int(keep, "keep", "gpumem.cupy.trim", 0, (1 << 64) - 1, " bytes")
+    p = _pool(device, "gpumem.cupy.trim")
     gpumem._check(gpumem._lib.gm_trim(p, keep), p)
 
 
@@ -173,7 +181,7 @@ def sleep(offload=True, device=None):
     them; tag names: keep those tags' arrays). Needs VMM segments (enable("segments=vmm") or
     "segments=auto"). Meanwhile CuPy cannot allocate on that device (AsleepError)."""
     text = gpumem._offload_tags(offload, "gpumem.cupy.sleep").encode()
-    p = _pool(device)
+    p = _pool(device, "gpumem.cupy.sleep")
     gpumem._check(gpumem._lib.gm_pool_sleep(p, text), p)
 
 
@@ -181,12 +189,12 @@ def sleep_prepare(offload=True, device=None):
     """gm_pool_sleep_prepare on the device's pool: pin now the host memory that sleep(offload)
     would pin, so that the sleep only copies (gpumem.Pool.sleep_prepare)."""
     text = gpumem._offload_tags(offload, "gpumem.cupy.sleep_prepare").encode()
-    p = _pool(device)
+    p = _pool(device, "gpumem.cupy.sleep_prepare")
     gpumem._check(gpumem._lib.gm_pool_sleep_prepare(p, text), p)
 
 
 def wake(device=None):
     """gm_pool_wake on the device's pool: pages mapped again at the same addresses, kept
     contents copied back."""
-    p = _pool(device)
+    p = _pool(device, "gpumem.cupy.wake")
     gpumem._check(gpumem._lib.gm_pool_wake(p), p)

@@ -45,6 +45,25 @@ class Package(unittest.TestCase):
                 gc.enable()
             gc.disable()  # not enabled: nothing to give back, CuPy or not
 
+    def test_cupy_refuses_bad_arguments_before_cupy(self):
+        # Arguments of the wrong kind are told apart from a missing CuPy or pool: settings
+        # that are not text, a device that is no ordinal, a keep that is no byte count.
+        import gpumem.cupy as gc
+        for call, exc, words in (
+                (lambda: gc.enable(5), TypeError, "gpumem.cupy.enable: conf must be a str"),
+                (lambda: gc.enable(b"x"), TypeError, "not bytes"),
+                (lambda: gc.enable("a\0b"), ValueError, "NUL"),
+                (lambda: gc.stats(1.5), TypeError, "gpumem.cupy.stats: device must be an int"),
+                (lambda: gc.summary(True), TypeError, "not bool"),
+                (lambda: gc.snapshot(-1), ValueError, "device must be 0 to"),
+                (lambda: gc.wake("0"), TypeError, "not str"),
+                (lambda: gc.trim(-1), ValueError, "keep must be 0 to"),
+                (lambda: gc.trim(1.0), TypeError, "keep must be an int"),
+                (lambda: gc.stats(0), gpumem.GpumemError, "gpumem.cupy.stats: gpumem.cupy is "
+                                                          "not enabled")):
+            with self.assertRaisesRegex(exc, re.escape(words)):
+                call()
+
 
 class PoolTests(unittest.TestCase):
     def test_alloc_free_stats_peaks(self):

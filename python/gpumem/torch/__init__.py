@@ -85,6 +85,8 @@ def _conf_text(conf, what):
     elif not isinstance(conf, str):
         raise TypeError('%s: conf is settings text such as "reserve_limit=60GiB" (a str) or None, '
                         "not %s" % (what, type(conf).__name__))
+    if "\0" in conf:
+        raise ValueError("%s: conf contains a NUL character" % what)
     return conf.strip()
 
 
