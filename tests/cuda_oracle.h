@@ -61,6 +61,9 @@ static struct oracle {
     CUresult (*cuMemGetInfo)(size_t *, size_t *);
     CUresult (*cuMemHostRegister)(void *, size_t, unsigned);
     CUresult (*cuMemHostUnregister)(void *);
+    /* optional (NULL when the driver lacks them): a context of the oracle's own */
+    CUresult (*cuCtxCreate)(CUcontext *, unsigned, int);
+    CUresult (*cuCtxDestroy)(CUcontext);
 } cu;
 
 static inline bool oracle_symbol(void *lib, const char *name, void *slot)
@@ -111,6 +114,9 @@ static inline void oracle_open(void)
               oracle_symbol(lib, "cuMemHostUnregister", &cu.cuMemHostUnregister);
     if (!ok || cu.cuInit(0) != 0)
         return;
+    if (!oracle_symbol(lib, "cuCtxCreate_v2", &cu.cuCtxCreate) ||
+        !oracle_symbol(lib, "cuCtxDestroy_v2", &cu.cuCtxDestroy))
+        cu.cuCtxCreate = NULL;
     cu.initialized = true;
     if (cu.cuDeviceGetCount(&cu.count) != 0)
         cu.count = 0;

@@ -332,6 +332,35 @@ static void test_streams_and_events(gm_backend *b)
     CHECK_OK(CALL(GM_CALL_MEM_FREE, b->ops->mem_free(b, dst)));
 }
 
+/* stream_check: the backend's context's streams (the legacy and per-thread default ones too) are
+ * taken, a stream of another context of the same device is refused with the reason. */
+static void test_stream_check(gm_backend *b)
+{
+    REQUIRE(b->ops->stream_check);
+    gm_stream s1 = oracle_stream_create();
+    CHECK_OK(b->ops->stream_check(b, s1));
+    CHECK_OK(b->ops->stream_check(b, NULL));
+    CHECK_OK(b->ops->stream_check(b, (gm_stream)(uintptr_t)0x2)); /* CU_STREAM_PER_THREAD */
+    check_no_context_left("stream_check");
+    oracle_stream_destroy(s1);
+    if (!cu.cuCtxCreate) {
+        printf("stream_check: no cuCtxCreate_v2 in the driver: other contexts not tried\n");
+        return;
+    }
+    CUcontext other = NULL, popped = NULL;
+    REQUIRE(cu.cuCtxCreate(&other, 0, 0) == 0); /* made current */
+    CUstream foreign = NULL;
+    REQUIRE(cu.cuStreamCreate(&foreign, 0) == 0);
+    REQUIRE(cu.cuCtxPopCurrent(&popped) == 0 && popped == other);
+    CHECK_STATUS(b->ops->stream_check(b, (gm_stream)foreign), GM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(gm_backend_last_error(), "not device 0's primary context");
+    check_no_context_left("stream_check of another context's stream");
+    REQUIRE(cu.cuCtxPushCurrent(other) == 0);
+    CHECK(cu.cuStreamDestroy(foreign) == 0);
+    REQUIRE(cu.cuCtxPopCurrent(&popped) == 0);
+    CHECK(cu.cuCtxDestroy(other) == 0);
+}
+
 /* Reserve 4 pages, back them with two 2-page runs, copy between the runs, check a failed map
  * leaves the existing mapping alone, take it all down. */
 static void test_vmm(gm_backend *b)
@@ -475,6 +504,7 @@ static void test_gpu(void)
     test_plain_and_copy(b);
     test_host_pinned(b);
     test_streams_and_events(b);
+    test_stream_check(b);
     test_vmm(b);
     test_context_kept(b);
     test_threads(b);

@@ -168,6 +168,7 @@ static const gm_backend_ops cuda_ops = {
     .event_query = cuda_event_query,
     .stream_wait_event = cuda_stream_wait_event,
     .stream_sync = cuda_stream_sync,
+    .stream_check = cuda_stream_check,
     .mem_info = cuda_mem_info,
     .info = cuda_info,
     .clock_ns = cuda_clock_ns,

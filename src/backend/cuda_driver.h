@@ -145,6 +145,7 @@ static_assert(sizeof(void *) == sizeof(void (*)(void)), "dlsym results fit funct
     X(cuStreamSynchronize, "cuStreamSynchronize", CUresult, (CUstream s), REQUIRED)             \
     X(cuStreamCreate, "cuStreamCreate", CUresult, (CUstream *s, unsigned flags), OPTIONAL)      \
     X(cuStreamDestroy, "cuStreamDestroy_v2", CUresult, (CUstream s), OPTIONAL)                  \
+    X(cuStreamGetCtx, "cuStreamGetCtx", CUresult, (CUstream s, CUcontext *ctx), OPTIONAL)       \
     X(cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer", CUresult,                                 \
       (int *can, CUdevice d, CUdevice peer), REQUIRED)                                          \
     X(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", CUresult, (CUcontext peer, unsigned f),   \
@@ -317,6 +318,7 @@ gm_status cuda_phys_release(gm_backend *b, gm_phys phys);
 gm_status cuda_map(gm_backend *b, uintptr_t addr, size_t size, gm_phys phys);
 gm_status cuda_unmap(gm_backend *b, uintptr_t addr, size_t size);
 gm_status cuda_copy(gm_backend *b, uintptr_t dst, uintptr_t src, size_t size, gm_stream s);
+gm_status cuda_stream_check(gm_backend *b, gm_stream s);
 /* cuda_host.c: pinned host memory */
 gm_status cuda_host_alloc(gm_backend *b, size_t size, void **out);
 gm_status cuda_host_free(gm_backend *b, void *ptr);

@@ -236,6 +236,31 @@ gm_status cuda_stream_sync(gm_backend *b, gm_stream s)
                                        "cuStreamSynchronize");
 }
 
+/* Work can go on stream s when it belongs to this backend's context: cuStreamGetCtx, which
+ * queues no work and asks none, so a stream being captured stays capturable (the legacy and
+ * per-thread default streams answer with the current context: this backend's, made current).
+ * Not counted; a driver without cuStreamGetCtx: not checked. */
+gm_status cuda_stream_check(gm_backend *b, gm_stream s)
+{
+    if (!cuda_drv.cuStreamGetCtx)
+        return GM_OK;
+    bool pushed = false;
+    gm_status st = cuda_ctx_enter(cuda_of(b)->ctx, &pushed);
+    if (st != GM_OK)
+        return st;
+    CUcontext ctx = NULL;
+    CUresult r = cuda_drv.cuStreamGetCtx(stream_of(s), &ctx);
+    cuda_ctx_leave(pushed);
+    if (r != CUDA_SUCCESS)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "cuda backend: cuStreamGetCtx(%p): %s "
+                                 "(%d)", (void *)s, cuda_error_text(r), r);
+    if (ctx != cuda_of(b)->ctx)
+        return backend_set_error(GM_ERR_INVALID_ARGUMENT, "cuda backend: stream %p belongs to "
+                                 "context %p, not device %d's primary context %p", (void *)s,
+                                 (void *)ctx, cuda_of(b)->dev, (void *)cuda_of(b)->ctx);
+    return GM_OK;
+}
+
 gm_status cuda_mem_info(gm_backend *b, size_t *free_bytes, size_t *total_bytes)
 {
     cuda_call c;
