@@ -6,8 +6,8 @@
 # calls and their time on the H200 cost model, gpumem's host time on this machine on its own,
 # each table with a legend line, and write an HTML report per trace (default configuration)
 # under BUILD_DIR/reports/; then the corpus report's summary (bench/corpus.py --summary: every
-# trace of traces/, traces/live/ and traces/corpus/ per split, as the library and as the PyTorch
-# backend).
+# trace of traces/, traces/live/, traces/corpus/ and traces/heldout/ per split, as the library
+# and as the PyTorch backend).
 # Needs what the build needs (sh, awk, python3 and the gpumem binary), no browser.
 # usage: tools/make_run.sh BUILD_DIR
 set -eu

@@ -70,7 +70,9 @@ if [ "$got_oom" = "$ooms" ]; then ok; else bad "$name: OOM column \"$got_oom\", 
 # The corpus summaries (bench/corpus.py --summary), as the library and as the PyTorch backend:
 # every trace counted, and the bundled split's worst reserved/live as library that of the
 # replays themselves.
-total=$(ls "$SRC"/traces/*.csv.gz "$SRC"/traces/live/*.csv.gz "$SRC"/traces/corpus/*.csv.gz | wc -l)
+total=$(ls "$SRC"/traces/*.csv.gz "$SRC"/traces/live/*.csv.gz "$SRC"/traces/corpus/*.csv.gz \
+    "$SRC"/traces/heldout/*.csv.gz | wc -l)
+heldout=$(ls "$SRC"/traces/heldout/*.csv.gz | wc -l)
 bundled=$(ls "$SRC"/traces/*.csv.gz "$SRC"/traces/live/*.csv.gz | wc -l)
 for as in library backend; do
     if grep -q "^corpus: $total traces replayed on the simulated H200 as $as" "$T/report"; then ok
@@ -78,6 +80,9 @@ for as in library backend; do
 done
 if [ "$(grep -c "^median ($bundled traces) *bundled " "$T/report")" -eq 2 ]; then ok; else
     bad "not two bundled medians over $bundled traces"
+fi
+if [ "$(grep -c "^median ($heldout traces) *heldout " "$T/report")" -eq 2 ]; then ok; else
+    bad "not two held-out medians over $heldout traces"
 fi
 worst=0
 for f in "$SRC"/traces/*.csv.gz "$SRC"/traces/live/*.csv.gz; do
