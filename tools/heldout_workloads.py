@@ -8,14 +8,14 @@ weights from configurations (no download), shapes drawn from a generator seeded 
 What they add to the corpus's patterns:
 
 - serve_cb_decoder: continuous batching (requests join and leave every step, each with its own
-  KV cache grown by concatenation, the batch padded per step);
+  KV cache grown by concatenation, attention run request by request);
 - moe_train: a mixture-of-experts decoder whose tokens per expert change every step;
 - fasterrcnn_train: detection training with images of several sizes and 1-24 boxes each;
 - gnn_train: message passing over random graphs of 20k-200k nodes (index_add_ scatters);
 - lora_llama_train: LoRA on a frozen bf16 Llama-style decoder (no optimizer state for the base);
 - dit_ckpt_train: a diffusion transformer over 64-1024 latent patches, activation checkpointing;
 - convnext_infer_res: ConvNeXt-T inference in fp16 at four resolutions and batches of 1-64;
-- side_preproc_vit: ViT inference whose inputs are decoded and resized on a side stream
+- side_preproc_vit: ViT inference whose inputs are converted and resized on a side stream
   (record_stream), the main stream running the model: two streams.
 """
 import math

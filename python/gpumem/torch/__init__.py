@@ -90,20 +90,21 @@ def _conf_text(conf, what):
     return conf.strip()
 
 
+def _trace_files(conf):
+    """The files that conf's trace=FILE settings name."""
+    items = (item.partition("=") for item in conf.split(","))
+    return [value.strip() for key, _, value in items if key.strip() == "trace" and value.strip()]
+
+
 def _check_trace_folder(conf, what):
     """A trace=FILE setting names a file in a folder that exists and can be written: the file is
     opened only when the first CUDA allocation creates the pool, so a bad path is told here."""
-    for item in conf.split(","):
-        key, _, value = item.partition("=")
-        if key.strip() != "trace" or not value.strip():
-            continue
-        folder = os.path.dirname(value.strip()) or "."
+    for path in _trace_files(conf):
+        folder = os.path.dirname(path) or "."
         if not os.path.isdir(folder):
-            raise ValueError("%s: trace=%s: the folder %r does not exist" % (what, value.strip(),
-                                                                             folder))
+            raise ValueError("%s: trace=%s: the folder %r does not exist" % (what, path, folder))
         if not os.access(folder, os.W_OK | os.X_OK):
-            raise ValueError("%s: trace=%s: the folder %r is not writable" % (what, value.strip(),
-                                                                               folder))
+            raise ValueError("%s: trace=%s: the folder %r is not writable" % (what, path, folder))
 
 
 def _ext_device(device, what):
@@ -171,7 +172,7 @@ def enable(conf=None):
     C.install(conf)
     if given:
         os.environ["GPUMEM_CONF"] = given
-    if any(item.split("=", 1)[0].strip() == "trace" for item in conf.split(",")):
+    if _trace_files(conf):
         import atexit
         atexit.register(trace_stop)  # the pools live until the process ends: complete the file
 
