@@ -7,9 +7,10 @@ fits under torch.cuda.set_per_process_memory_fraction, by bisection.
 
 MODE as bench/corpus_steps.py's (default, expandable, gpumem; one process per allocator, since
 PyTorch's allocator is chosen once per process). The limit is X (default 1.25) times the peak
-live bytes PyTorch default's run of the workload recorded (its sidecar traces/corpus/NAME.json),
-the same for every allocator, set with torch.cuda.set_per_process_memory_fraction (the CUDA
-context and this process's state before the first trial lie outside it). A trial builds the
+live bytes PyTorch default's run of the workload recorded (its sidecar traces/corpus/NAME.json,
+or traces/heldout/NAME.json), the same for every allocator, set with
+torch.cuda.set_per_process_memory_fraction (the CUDA context and this process's state before the
+first trial lie outside it). A trial builds the
 workload with every batch size it draws scaled by s (tools/corpus_workloads.py, BATCH_SCALE: the
 same draws, so the same shapes at s = 1) and runs its first N steps (default 16); it passes when
 no allocation fails. The scale doubles from 1 until a trial fails (halves while 1 fails), then is
@@ -31,8 +32,13 @@ from corpus_steps import use_allocator  # noqa: E402  (bench/, beside this file)
 
 
 def peak_live(name):
-    side = os.path.join(HERE, "..", "traces", "corpus", name + ".json")
-    return json.load(open(side))["runs"]["default"]["peak_live"]
+    """PyTorch default's recorded peak live bytes for name: its sidecar in traces/corpus/, or in
+    traces/heldout/ for a held-out workload."""
+    for folder in ("corpus", "heldout"):
+        side = os.path.join(HERE, "..", "traces", folder, name + ".json")
+        if os.path.exists(side):
+            return json.load(open(side))["runs"]["default"]["peak_live"]
+    sys.exit("corpus_max_batch.py: no sidecar for %r in traces/corpus/ or traces/heldout/" % name)
 
 
 def search(cw, torch, name, dev, limit_x, steps):
