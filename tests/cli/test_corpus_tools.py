@@ -7,6 +7,7 @@ corpus_steps.py's summary of step times over interleaved rounds and calls per st
 corpus_max_batch.py's summary; corpus_loop.py's loop traces and offline plan.
 usage: test_corpus_tools.py SOURCE_DIR"""
 import glob
+import json
 import math
 import os
 import sys
@@ -159,6 +160,11 @@ m = [ln.split() for ln in mb if ln.startswith("m ")][0]
 check(m[1:] == ["1.000", "1.250", "1.500", "1.200"], "max batch: %s" % m)
 n = [ln.split() for ln in mb if ln.startswith("n ")][0]
 check(n[1:] == ["-", "-", "2.000", "-"], "max batch without expandable: %s" % n)
+# Its limit comes from the workload's sidecar: traces/corpus/ or, held out, traces/heldout/.
+for name, folder in (("tiny_cnn_train", "corpus"), ("gnn_train", "heldout")):
+    side = os.path.join(os.path.dirname(tools), "traces", folder, name + ".json")
+    want = json.load(open(side))["runs"]["default"]["peak_live"]
+    check(corpus_max_batch.peak_live(name) == want, "%s's limit from traces/%s/" % (name, folder))
 # Its search: the largest passing scale to 1/64 of itself, above 1 and below; none below 1/16;
 # at most 16.
 for limit, want in ((2.7, 2.6875), (0.3, 0.296875), (0.01, 0.0), (100.0, 16.0)):
