@@ -308,6 +308,11 @@ typedef struct gm_config {
                                  (before 2026-12-07); 0: the one idle longest, which keeps a
                                  loop's steady state from moving runs back and forth
                                  (docs/architecture.md, "Which idle run moves") */
+    int vmm_wait_retiring;    /* nonzero: a block that best fit puts on pages whose old mapping
+                                 (a recycled run's) is behind unfinished work waits for that
+                                 work; 0: it goes above every page its range mapped when the
+                                 range has room there, no wait (docs/architecture.md,
+                                 "Recycling without waiting") */
     int vmm_mapped_first;     /* nonzero: a block goes on free pages that are mapped already
                                  when a free block holds such a stretch it fits (fewer device
                                  calls; tlsf only; docs/architecture.md, "VMM pages") */

@@ -198,11 +198,12 @@ static gm_block *take_on_mapped_pages(gm_pool *pool, gm_arena *a, size_t granted
  * its work (segment.c, "aliases"): its pages could be mapped only after the host waited for
  * the device. It goes instead to the top of its range, past every page the range ever mapped,
  * when the range's last free block holds it there: no wait, the same physical memory (its
- * pages are recycled or created alike), only virtual addresses spent. Else b stays (and
- * pages_acquire waits). O(blocks of the span), on that path only. */
+ * pages are recycled or created alike), only virtual addresses spent. Else, or with
+ * vmm_wait_retiring, b stays (and pages_acquire waits). O(blocks of the span), on that path
+ * only. */
 static gm_block *vmm_place_clear(gm_pool *pool, gm_arena *a, gm_block *b, size_t granted)
 {
-    if (!a->retiring_pages || !a->ops->take_within ||
+    if (pool->cfg.vmm_wait_retiring || !a->retiring_pages || !a->ops->take_within ||
         !vmm_pages_wait_locked(pool, a, b->addr, b->size))
         return b;
     gm_span *s = b->span;

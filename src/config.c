@@ -100,6 +100,8 @@ typedef enum key_type {
       "VMM: a new run is at most 1/N of the pool or a 48th of its stretch (1 = 16 pages)")     \
     X("vmm_recycle_newest", K_BOOL, vmm_recycle_newest, "false",                                \
       "VMM: recycling moves the run idle last, not the one idle longest (before 2026-12-07)")  \
+    X("vmm_wait_retiring", K_BOOL, vmm_wait_retiring, "false",                                  \
+      "VMM: a block on pages whose old mapping awaits queued work waits, not placed above")     \
     X("vmm_mapped_first", K_BOOL, vmm_mapped_first, "false",                                    \
       "VMM: place a block on free pages already mapped first (fewer device calls; tlsf)")       \
     X("vmm_unmap_thread", K_BOOL, vmm_unmap_thread, "false",                                    \

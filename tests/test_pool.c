@@ -482,11 +482,12 @@ static void test_vmm_recycle_across(void)
  * addresses then: once the kernel is done (`done_first`), the old mappings are unmapped with
  * no wait; while it runs, the block goes above every page ever mapped if the range has room
  * there (`room`: no wait either), else the old mappings are unmapped after waiting for the
- * stream (the one case that waits). */
+ * stream (the one case that waits); with vmm_wait_retiring (`wait`) it always waits and takes
+ * the old addresses. */
 /* A VMM pool (runs of one page, no cache) on a sim with manual streams where a's two runs moved
  * under c while a kernel using a still runs: a freed, b and c live. */
 static gm_pool *pool_with_aliases(gm_backend **be, size_t vmm_reserve, int unmap_thread,
-                                  void **a, void **b, void **c)
+                                  int wait_retiring, void **a, void **b, void **c)
 {
     *be = sim_new(256 * MiB, 0, 1); /* manual streams: kernels run until completed */
     gm_config cfg = {0};
@@ -495,6 +496,7 @@ static gm_pool *pool_with_aliases(gm_backend **be, size_t vmm_reserve, int unmap
     cfg.vmm_run_pages = 1;
     cfg.cache_disable = 1;
     cfg.vmm_unmap_thread = unmap_thread;
+    cfg.vmm_wait_retiring = wait_retiring;
     gm_pool *p = pool_new(*be, &cfg);
     CHECK_OK(gm_alloc(p, 4 * MiB, NULL, a)); /* pages 0-1 */
     CHECK_OK(gm_alloc(p, 2 * MiB, NULL, b)); /* 2 */
@@ -504,13 +506,14 @@ static gm_pool *pool_with_aliases(gm_backend **be, size_t vmm_reserve, int unmap
     return p;
 }
 
-static void test_vmm_recycle_aliases(int done_first, int room)
+static void test_vmm_recycle_aliases(int done_first, int room, int wait)
 {
-    printf("recycle aliases, kernel done first: %d, room above: %d\n", done_first, room);
+    printf("recycle aliases, kernel done first: %d, room above: %d, vmm_wait_retiring: %d\n",
+           done_first, room, wait);
     gm_backend *be;
     void *a, *b, *c, *d;
     /* vmm_reserve 16 MiB: 2 MiB above c, d needs 4 */
-    gm_pool *p = pool_with_aliases(&be, room ? 256 * MiB : 16 * MiB, 0, &a, &b, &c);
+    gm_pool *p = pool_with_aliases(&be, room ? 256 * MiB : 16 * MiB, 0, wait, &a, &b, &c);
     gm_stats st;
     CHECK_OK(gm_pool_stats(p, &st));
     CHECK_EQ_U(st.vmm_runs_recycled, 2);
@@ -524,8 +527,8 @@ static void test_vmm_recycle_aliases(int done_first, int room)
         CHECK_OK(gm_sim_stream_complete(be, NULL));
     CHECK_OK(gm_alloc(p, 4 * MiB, NULL, &d)); /* best fit: a's old addresses */
     CHECK_OK(gm_pool_stats(p, &st));
-    CHECK_EQ_U(st.device_calls[GM_CALL_STREAM_SYNC], done_first || room ? 0 : 1);
-    if (!done_first && room) { /* above c (pages 7-8): the old mappings stay */
+    CHECK_EQ_U(st.device_calls[GM_CALL_STREAM_SYNC], done_first || (room && !wait) ? 0 : 1);
+    if (!done_first && room && !wait) { /* above c (pages 7-8): the old mappings stay */
         CHECK(d == (char *)c + 8 * MiB);
         CHECK_EQ_U(st.vmm_waits_avoided, 1);
         CHECK_EQ_U(st.vmm_alias_pages, 2);
@@ -560,7 +563,7 @@ static void test_vmm_unmap_thread(void)
 {
     gm_backend *be;
     void *a, *b, *c, *d;
-    gm_pool *p = pool_with_aliases(&be, 256 * MiB, 1, &a, &b, &c);
+    gm_pool *p = pool_with_aliases(&be, 256 * MiB, 1, 0, &a, &b, &c);
     sleep_ms(20); /* the thread polls meanwhile */
     gm_stats st;
     CHECK_OK(gm_pool_stats(p, &st));
@@ -1060,10 +1063,11 @@ int main(void)
     test_vmm_mapped_first(0);
     test_vmm_mapped_first(1);
     test_vmm_recycle_across();
-    for (int room = 0; room < 2; room++) {
-        test_vmm_recycle_aliases(0, room);
-        test_vmm_recycle_aliases(1, room);
-    }
+    for (int room = 0; room < 2; room++)
+        for (int wait = 0; wait < 2; wait++) {
+            test_vmm_recycle_aliases(0, room, wait);
+            test_vmm_recycle_aliases(1, room, wait);
+        }
     test_vmm_unmap_thread();
     test_geometric_growth();
     test_side_stream_growth();
