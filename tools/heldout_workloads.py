@@ -28,6 +28,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import corpus_workloads  # noqa: E402
 from corpus_workloads import _batch, _llama, _pick, _rng, _train_step  # noqa: E402
 
 
@@ -80,15 +81,18 @@ class _Decoder(nn.Module):
 def serve_cb_decoder(dev):
     """Continuous batching: a 12-layer decoder (1024 wide, fp16) serving requests that arrive
     0-4 per step (prompts 16-768 tokens, answers 8-160 tokens), up to 24 at once; a step is one
-    prefill of the arrivals plus one decode token for every running request."""
+    prefill of the arrivals plus one decode token for every running request. Its batch is the
+    requests at once: corpus_workloads.BATCH_SCALE scales the arrivals and the 24 (at 1.0, the
+    recorded program)."""
     m = _Decoder().to(dev).half().eval()
     g = _rng(61)
     live = []  # [tokens left, kv caches, last token]
+    scale = corpus_workloads.BATCH_SCALE
 
     @torch.no_grad()
     def step(i):
-        for _ in range(_pick(g, 0, 4) if i else 8):
-            if len(live) < 24:
+        for _ in range(round((_pick(g, 0, 4) if i else 8) * scale)):
+            if len(live) < max(1, round(24 * scale)):
                 p = torch.randint(0, 32000, (_pick(g, 16, 768),), device=dev)
                 live.append([_pick(g, 8, 160), [], p])
         if not live:
