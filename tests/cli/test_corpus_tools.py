@@ -72,6 +72,32 @@ check(not corpus_names & held_names, "no workload is both: %s" % (corpus_names &
 check(not held_names & {corpus.name_of(p) for p in glob.glob(
     os.path.join(SRC, "traces", "corpus", "*.csv.gz"))}, "no held-out trace in traces/corpus")
 
+# Every workload has a batch that corpus_max_batch.py's scale reaches: its function, or a
+# helper of its module it calls, draws through _batch / _scaled or reads BATCH_SCALE (a
+# workload without one runs the same program at every scale, and its search says nothing).
+def unscaled(path, var):
+    import ast
+    tree = ast.parse(open(path).read())
+    funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    scaled = {"_batch", "_scaled", "BATCH_SCALE"}
+
+    def reaches(name, seen):
+        seen.add(name)
+        for x in ast.walk(funcs[name]):
+            ident = x.id if isinstance(x, ast.Name) else x.attr if isinstance(
+                x, ast.Attribute) else None
+            if ident in scaled or (ident in funcs and ident not in seen and
+                                   reaches(ident, seen)):
+                return True
+        return False
+    names = names_in(path, var)
+    return sorted(n for n in names if n not in funcs or not reaches(n, set()))
+
+
+for path, var in (("corpus_workloads.py", "WORKLOADS"), ("heldout_workloads.py", "HELD_OUT")):
+    left = unscaled(os.path.join(tools, path), var)
+    check(not left, "%s: workloads with no batch the scale reaches: %s" % (path, left))
+
 # The floor: peak in the first quarter -> no step is needed after it.
 flat = trace([("allocate", i, 8) for i in range(40)] +
              [("free", i, 8) for i in range(40)] + [("allocate", 100 + i, 1) for i in range(80)])
