@@ -10,14 +10,16 @@ GPU machine and prints the summary (--summary) with the spread between rounds.
 MODE: default (PyTorch's allocator), expandable (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,
 set here before torch is imported), gpumem (gpumem.torch.enable() with $GPUMEM_CONF; the mode is
 labelled gpumem[CONF] when GPUMEM_CONF is set). Prints one JSON line per workload: the median,
-10th and 90th percentile step in ms, the sum of the timed steps, the host's wall time, and peak
+10th and 90th percentile step in ms, the sum of the timed steps, the host's wall time, the
+median host time of a timed step (host_ms: the Python call that launches its work, which a
+host-bound step's GPU time follows and a GPU-bound step's does not), and peak
 reserved / peak allocated (torch.cuda.max_memory_reserved / max_memory_allocated), and for gpumem
 the backend's device calls made during the timed steps, by kind (timed_calls).
 
 The summary: per workload and mode, the median over rounds of the rounds' median steps, that
 median over default's, the spread (the rounds' lowest and highest median step over default's
-median), reserved/allocated (the worst round's) and gpumem's device calls per timed step (the
-median round's).
+median), reserved/allocated (the worst round's), the median over rounds of host_ms ("-" for
+rows without it) and gpumem's device calls per timed step (the median round's).
 """
 import json
 import os
@@ -62,13 +64,16 @@ def measure(mode, specs, warmup):
               for _ in range(n)]
         t0 = time.perf_counter()
         calls0 = None
+        host = []  # the host's time in each timed step (its launches and allocations)
         for i in range(warmup + n):
             if i == warmup and gmt:
                 calls0 = gmt.stats().get("device_calls", {})
             if i >= warmup:
                 ev[i - warmup][0].record()
+            h0 = time.perf_counter()
             step(i)
             if i >= warmup:
+                host.append(time.perf_counter() - h0)
                 ev[i - warmup][1].record()
         torch.cuda.synchronize()
         wall = time.perf_counter() - t0
@@ -80,6 +85,7 @@ def measure(mode, specs, warmup):
         print(json.dumps({
             "mode": label, "w": name, "steps": n, "median_ms": ms[n // 2],
             "p10_ms": ms[n // 10], "p90_ms": ms[9 * n // 10], "sum_ms": sum(ms), "wall_s": wall,
+            "host_ms": sorted(host)[n // 2] * 1e3,
             "r_l": torch.cuda.max_memory_reserved() / max(1, torch.cuda.max_memory_allocated()),
             "timed_calls": timed, "round": int(os.environ.get("GM_STEPS_ROUND", "-1"))}),
             flush=True)
@@ -92,7 +98,7 @@ def summarize(rows):
     for r in rows:
         by.setdefault(r["w"], {}).setdefault(r["mode"], []).append(r)
     out = ["workload             mode                          rounds  median ms  x default  "
-           "spread (rounds)  paired  spread (paired)  reserved/alloc  calls/step"]
+           "spread (rounds)  paired  spread (paired)  reserved/alloc  host ms  calls/step"]
     for w in sorted(by):
         base = by[w].get("default")
         ref = statistics.median(r["median_ms"] for r in base) if base else None
@@ -111,9 +117,11 @@ def summarize(rows):
                            if r.get("round", -1) in base_of)
             paired = "%.3f" % statistics.median(pairs) if pairs else "-"
             pspread = "%.3f-%.3f" % (pairs[0], pairs[-1]) if pairs else "-"
-            out.append("%-20s %-29s %6d %10.3f %s  %15s  %6s  %15s  %14.3f  %10s" % (
+            hosts = [r["host_ms"] for r in rs if r.get("host_ms") is not None]
+            out.append("%-20s %-29s %6d %10.3f %s  %15s  %6s  %15s  %14.3f  %7s  %10s" % (
                 w, m[:29], len(rs), med, rel, spread, paired, pspread,
-                max(r["r_l"] for r in rs), "%.2f" % calls[len(calls) // 2] if calls else "-"))
+                max(r["r_l"] for r in rs), "%.3f" % statistics.median(hosts) if hosts else "-",
+                "%.2f" % calls[len(calls) // 2] if calls else "-"))
     return out
 
 

@@ -176,6 +176,15 @@ cl = {ln.split()[1]: ln.split() for ln in corpus_steps.summarize(calls_rows)
       if ln.startswith("c ")}
 check(cl["gpumem"][-1] == "0.30" and cl["default"][-1] == "-", "calls/step: %s" % cl)
 
+# The host's time in a step: the median over rounds of each round's host_ms, "-" without it.
+for r, h in zip(calls_rows, (4.0, 4.5, 6.0, 5.5)):
+    r["host_ms"] = h
+calls_rows.append(dict(w="c", mode="default", median_ms=5.0, r_l=2.0, steps=10))
+hm = {ln.split()[1]: ln.split() for ln in corpus_steps.summarize(calls_rows)
+      if ln.startswith("c ")}
+check(hm["gpumem"][-2] == "5.500" and hm["default"][-2] == "4.000", "host ms: %s" % hm)
+check(net[2][-2] == "-", "no host time recorded, none shown: %s" % net[2])
+
 # corpus_max_batch.py's summary: each allocator's largest scale, gpumem's over expandable's.
 import corpus_max_batch  # noqa: E402
 mb = corpus_max_batch.summarize([dict(w="m", mode="default", scale=1.0),
