@@ -29,7 +29,7 @@ import torch.utils.checkpoint
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import corpus_workloads  # noqa: E402
-from corpus_workloads import _batch, _llama, _pick, _rng, _train_step  # noqa: E402
+from corpus_workloads import _batch, _llama, _pick, _rng, _scaled, _train_step  # noqa: E402
 
 
 # --- serving ----------------------------------------------------------------------------------
@@ -87,12 +87,12 @@ def serve_cb_decoder(dev):
     m = _Decoder().to(dev).half().eval()
     g = _rng(61)
     live = []  # [tokens left, kv caches, last token]
-    scale = corpus_workloads.BATCH_SCALE
+    scale, most = corpus_workloads.BATCH_SCALE, _scaled(24)  # arrivals may round to 0
 
     @torch.no_grad()
     def step(i):
         for _ in range(round((_pick(g, 0, 4) if i else 8) * scale)):
-            if len(live) < max(1, round(24 * scale)):
+            if len(live) < most:
                 p = torch.randint(0, 32000, (_pick(g, 16, 768),), device=dev)
                 live.append([_pick(g, 8, 160), [], p])
         if not live:
