@@ -14,12 +14,14 @@ labelled gpumem[CONF] when GPUMEM_CONF is set). Prints one JSON line per workloa
 median host time of a timed step (host_ms: the Python call that launches its work, which a
 host-bound step's GPU time follows and a GPU-bound step's does not), and peak
 reserved / peak allocated (torch.cuda.max_memory_reserved / max_memory_allocated), and for gpumem
-the backend's device calls made during the timed steps, by kind (timed_calls).
+the backend's device calls made during the timed steps, by kind (timed_calls), and the host time
+they took, by kind, in ns (timed_call_ns).
 
 The summary: per workload and mode, the median over rounds of the rounds' median steps, that
 median over default's, the spread (the rounds' lowest and highest median step over default's
 median), reserved/allocated (the worst round's), the median over rounds of host_ms ("-" for
-rows without it) and gpumem's device calls per timed step (the median round's).
+rows without it), gpumem's device calls per timed step (the median round's) and the host's ms
+in those calls per timed step (call ms, the median round's).
 """
 import json
 import os
@@ -63,11 +65,12 @@ def measure(mode, specs, warmup):
         ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(n)]
         t0 = time.perf_counter()
-        calls0 = None
+        calls0 = ns0 = None
         host = []  # the host's time in each timed step (its launches and allocations)
         for i in range(warmup + n):
             if i == warmup and gmt:
-                calls0 = gmt.stats().get("device_calls", {})
+                st = gmt.stats()
+                calls0, ns0 = st.get("device_calls", {}), st.get("device_call_ns", {})
             if i >= warmup:
                 ev[i - warmup][0].record()
             h0 = time.perf_counter()
@@ -78,16 +81,18 @@ def measure(mode, specs, warmup):
         torch.cuda.synchronize()
         wall = time.perf_counter() - t0
         ms = sorted(a.elapsed_time(b) for a, b in ev)
-        timed = None
+        timed = timed_ns = None
         if gmt:
-            calls1 = gmt.stats().get("device_calls", {})
+            st = gmt.stats()
+            calls1, ns1 = st.get("device_calls", {}), st.get("device_call_ns", {})
             timed = {k: v - calls0.get(k, 0) for k, v in calls1.items() if v - calls0.get(k, 0)}
+            timed_ns = {k: v - ns0.get(k, 0) for k, v in ns1.items() if v - ns0.get(k, 0)}
         print(json.dumps({
             "mode": label, "w": name, "steps": n, "median_ms": ms[n // 2],
             "p10_ms": ms[n // 10], "p90_ms": ms[9 * n // 10], "sum_ms": sum(ms), "wall_s": wall,
             "host_ms": sorted(host)[n // 2] * 1e3,
             "r_l": torch.cuda.max_memory_reserved() / max(1, torch.cuda.max_memory_allocated()),
-            "timed_calls": timed, "round": int(os.environ.get("GM_STEPS_ROUND", "-1"))}),
+            "timed_calls": timed, "timed_call_ns": timed_ns, "round": int(os.environ.get("GM_STEPS_ROUND", "-1"))}),
             flush=True)
         del step
 
@@ -98,7 +103,7 @@ def summarize(rows):
     for r in rows:
         by.setdefault(r["w"], {}).setdefault(r["mode"], []).append(r)
     out = ["workload             mode                          rounds  median ms  x default  "
-           "spread (rounds)  paired  spread (paired)  reserved/alloc  host ms  calls/step"]
+           "spread (rounds)  paired  spread (paired)  reserved/alloc  host ms  calls/step  call ms"]
     for w in sorted(by):
         base = by[w].get("default")
         ref = statistics.median(r["median_ms"] for r in base) if base else None
@@ -118,10 +123,13 @@ def summarize(rows):
             paired = "%.3f" % statistics.median(pairs) if pairs else "-"
             pspread = "%.3f-%.3f" % (pairs[0], pairs[-1]) if pairs else "-"
             hosts = [r["host_ms"] for r in rs if r.get("host_ms") is not None]
-            out.append("%-20s %-29s %6d %10.3f %s  %15s  %6s  %15s  %14.3f  %7s  %10s" % (
+            cms = sorted(sum(r["timed_call_ns"].values()) / r["steps"] / 1e6 for r in rs
+                         if r.get("timed_call_ns") is not None)
+            out.append("%-20s %-29s %6d %10.3f %s  %15s  %6s  %15s  %14.3f  %7s  %10s  %7s" % (
                 w, m[:29], len(rs), med, rel, spread, paired, pspread,
                 max(r["r_l"] for r in rs), "%.3f" % statistics.median(hosts) if hosts else "-",
-                "%.2f" % calls[len(calls) // 2] if calls else "-"))
+                "%.2f" % calls[len(calls) // 2] if calls else "-",
+                "%.3f" % cms[len(cms) // 2] if cms else "-"))
     return out
 
 

@@ -174,7 +174,8 @@ calls_rows = [dict(w="c", mode="default", median_ms=5.0, r_l=2.0, steps=10),
                    timed_calls={"map": 3})]
 cl = {ln.split()[1]: ln.split() for ln in corpus_steps.summarize(calls_rows)
       if ln.startswith("c ")}
-check(cl["gpumem"][-1] == "0.30" and cl["default"][-1] == "-", "calls/step: %s" % cl)
+check(cl["gpumem"][-2] == "0.30" and cl["default"][-2] == "-", "calls/step: %s" % cl)
+check(cl["gpumem"][-1] == "-", "no call time recorded, none shown: %s" % cl)
 
 # The host's time in a step: the median over rounds of each round's host_ms, "-" without it.
 for r, h in zip(calls_rows, (4.0, 4.5, 6.0, 5.5)):
@@ -182,8 +183,15 @@ for r, h in zip(calls_rows, (4.0, 4.5, 6.0, 5.5)):
 calls_rows.append(dict(w="c", mode="default", median_ms=5.0, r_l=2.0, steps=10))
 hm = {ln.split()[1]: ln.split() for ln in corpus_steps.summarize(calls_rows)
       if ln.startswith("c ")}
-check(hm["gpumem"][-2] == "5.500" and hm["default"][-2] == "4.000", "host ms: %s" % hm)
-check(net[2][-2] == "-", "no host time recorded, none shown: %s" % net[2])
+check(hm["gpumem"][-3] == "5.500" and hm["default"][-3] == "4.000", "host ms: %s" % hm)
+check(net[2][-3] == "-", "no host time recorded, none shown: %s" % net[2])
+
+# The host's ms in device calls per timed step: the median round's, summed over kinds.
+for r, ns in zip(calls_rows[1:4], ({"map": 3e6, "unmap": 1e6}, {}, {"map": 2e6})):
+    r["timed_call_ns"] = ns
+cm = {ln.split()[1]: ln.split() for ln in corpus_steps.summarize(calls_rows)
+      if ln.startswith("c ")}
+check(cm["gpumem"][-1] == "0.200" and cm["default"][-1] == "-", "call ms: %s" % cm)
 
 # corpus_max_batch.py's summary: each allocator's largest scale, gpumem's over expandable's.
 import corpus_max_batch  # noqa: E402
