@@ -8,7 +8,9 @@
 #   set to CONF (commas inside CONF as ';'); ROUNDS: the smallest multiple of the modes' count
 #   that is at least 3 (each mode first in as many rounds as the others); PER_RUN_S: 120;
 #   PYTHON: python3; NO_INSTALL=1: the package is installed already; WARM=0: no untimed run of
-#   the first mode before round 0 (the first process on a machine pays its caches and clocks).
+#   the first mode before round 0 (the first process on a machine pays its caches and clocks);
+#   PIN=CPUS (e.g. 2-9): every process on those CPUs only (taskset), so that no round is faster
+#   or slower for the cores its process landed on.
 set -u
 OUT=${1:?usage: bench/corpus_steps.sh OUT_DIR [WORKLOAD:STEPS,...]}
 WL=${2:-tiny_cnn_train:300,dyn_mlp_infer:600,lstm_train:200}
@@ -20,6 +22,11 @@ ROUNDS=${ROUNDS:-$(( (3 + n - 1) / n * n ))}
 (( ROUNDS % n == 0 )) ||
     echo "warning: ROUNDS=$ROUNDS is not a multiple of the $n modes: some mode runs first more often"
 mkdir -p "$OUT"
+pin=()
+if [ -n "${PIN:-}" ]; then
+    command -v taskset >/dev/null || { echo "PIN=$PIN: taskset is not installed"; exit 1; }
+    pin=(taskset -c "$PIN")
+fi
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC') $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 [ -n "${NO_INSTALL:-}" ] ||
@@ -29,7 +36,7 @@ echo "date: $(date -u '+%Y-%m-%d %H:%M UTC') $(nvidia-smi --query-gpu=name,drive
 run_mode() {
     local m=$1 conf=""
     case $m in gpumem=*) conf=${m#gpumem=}; conf=${conf//;/,}; m=gpumem ;; esac
-    GM_STEPS_ROUND=$2 GPUMEM_CONF=$conf timeout "${PER_RUN_S:-120}" "$PY" \
+    GM_STEPS_ROUND=$2 GPUMEM_CONF=$conf timeout "${PER_RUN_S:-120}" "${pin[@]}" "$PY" \
         "$ROOT/bench/corpus_steps.py" "$m" "$WL" 2>>"$OUT/steps.err" ||
         echo "round $2, $m${conf:+ [$conf]}: rc=$?" >&2
 }

@@ -445,7 +445,8 @@ def mlp_compile_train(dev):
 def side_prefetch_resnet(dev):
     """ResNet-18 training whose batches (pinned host tensors) are copied on a side stream while
     the main stream trains on the previous one; record_stream marks each batch for the main
-    stream."""
+    stream. Past its recorded steps (a step A/B runs hundreds) the pinned batches come round
+    again."""
     import torchvision
     m = torchvision.models.resnet18().to(dev).to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
@@ -458,7 +459,7 @@ def side_prefetch_resnet(dev):
 
     def fetch(i):
         with torch.cuda.stream(side):
-            x = host[i].to(dev, non_blocking=True).to(memory_format=torch.channels_last)
+            x = host[i % len(host)].to(dev, non_blocking=True).to(memory_format=torch.channels_last)
             y = torch.randint(0, 1000, (x.shape[0],), device=dev)
         return x, y
 
