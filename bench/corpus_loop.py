@@ -4,7 +4,7 @@ order, many times over, so that a policy is judged where a training or serving l
 time (the corpus's traces hold 2-48 iterations; a program runs thousands).
 
     bench/corpus_loop.py [--gpumem PATH] [--set KEY=VALUE]... [--steps N] [--seed S]
-                         [--plan-max N] [--json FILE]
+                         [--plan-max N] [--same] [--json FILE]
 
 An iteration is a stretch of the trace between two points where only the program's lasting
 allocations are live (the fewest live allocations between its first and last tenth: weights,
@@ -25,6 +25,10 @@ of the trace's iterations differ in their sizes or order (`-`: an iteration hold
 even the layout such a planner finds with the whole iteration known holds more than the bound
 unless pages move: steady-state memory calls are then the price of the bound, not a policy's
 miss.
+
+--same repeats one iteration of each trace (the one of the highest peak live) instead of
+drawing them: a loop whose shapes never change, the case where an allocator that learns the
+program has everything to learn (`plan` is then that iteration's, `distinct` 1).
 """
 import argparse
 import csv
@@ -125,10 +129,30 @@ def plan_ratio(rows, max_allocs=PLAN_MAX, cut=None):
     return (base + max(f for f, _ in plans)) / (base + max(p for _, p in plans)), distinct
 
 
+def peak_live(seg):
+    """The most bytes live at once within an iteration (its own allocations)."""
+    sizes, live, peak = {}, 0, 0
+    for r in seg:
+        if r["Action"] == "allocate":
+            sizes[r["Pointer"]] = int(r["Size"])
+            live += sizes[r["Pointer"]]
+            peak = max(peak, live)
+        else:
+            live -= sizes.pop(r["Pointer"], 0)
+    return peak
+
+
+def same_cut(cut):
+    """iterations()' result with only the iteration of the highest peak live: the one a loop
+    that repeats exactly (--same) runs again and again."""
+    marks, iters = cut
+    return marks, [max(iters, key=peak_live)] if iters else []
+
+
 def loop_trace(src, dst, steps, seed, rows=None, cut=None):
     """Writes the loop trace of src to dst: the number of iterations drawn, 0 (nothing written)
     when src has no self-contained iterations. rows, cut: src's rows and their iterations() when
-    the caller has them."""
+    the caller has them (same_cut's: one iteration, repeated)."""
     rows = rows or read_rows(src)
     marks, iters = cut or iterations(rows)
     if not iters:
@@ -155,6 +179,9 @@ def main():
     ap.add_argument("--plan-max", type=int, default=PLAN_MAX, metavar="N",
                     help="plan only traces whose iterations hold at most N allocations "
                          "(0: all; t5_generate's take minutes)")
+    ap.add_argument("--same", action="store_true",
+                    help="repeat one iteration (the trace's of the highest peak) exactly, as a "
+                         "loop whose shapes never change does")
     ap.add_argument("--json")
     a = ap.parse_args()
     paths = sorted(os.path.join(ROOT, "traces", "corpus", f)
@@ -168,6 +195,8 @@ def main():
         dst = os.path.join(tmp, os.path.basename(p))
         rows = read_rows(p)
         cut = iterations(rows)
+        if a.same:
+            cut = same_cut(cut)
         iters = loop_trace(p, dst, a.steps, a.seed, rows, cut)
         if not iters:
             return None
@@ -183,8 +212,9 @@ def main():
     with ThreadPoolExecutor(2) as ex:
         rows = [r for r in ex.map(one, paths) if r]
     os.rmdir(tmp)
-    print("loops of the corpus's iterations (%d steps, seed %d) replayed on the simulated H200 "
-          "as backend with %s" % (a.steps, a.seed, ",".join(sets)))
+    print("loops of %s (%d steps, seed %d) replayed on the simulated H200 as backend with %s" % (
+        "one iteration of each corpus trace, repeated" if a.same else "the corpus's iterations",
+        a.steps, a.seed, ",".join(sets)))
     print("%-22s %-5s %8s %7s %7s %9s %8s %7s %8s" % (
         "trace", "split", "ops", "r/l", "calls", "after/1k", "dev ms", "plan", "distinct"))
     for sp in ("tune", "test"):

@@ -255,6 +255,17 @@ for r in out[1:-1]:
         live.discard(r["Pointer"])
 check(not twice and not live, "each drawn iteration frees what it allocates")
 check(out[-1]["Action"] == "free" and out[-1]["Pointer"] == "0x101e", "the tail: %s" % out[-1])
+# --same: the iteration of the highest peak (5 MiB + 1 MiB), and only it, 50 times over.
+rows_src = corpus_loop.read_rows(src)
+marks, its = corpus_loop.same_cut(corpus_loop.iterations(rows_src))
+check(len(its) == 1 and corpus_loop.peak_live(its[0]) == 6 << 20,
+      "same_cut keeps the highest peak: %s" % [corpus_loop.peak_live(i) for i in its])
+check(corpus_loop.loop_trace(src, dst, 50, 1, rows_src, (marks, its)) == 50, "50 repeats")
+with gzip.open(dst, "rt") as f:
+    same = [int(r["Size"]) >> 20 for r in csvmod.DictReader(f)
+            if r["Action"] == "allocate" and int(r["Size"]) > 1 << 20]
+check(same[0] == 4 and set(same[1:]) == {5} and len(same) == 51, "repeated: %s" % same[:6])
+check(corpus_loop.same_cut(([0], [])) == ([0], []), "no iterations, none kept")
 keep = gz_trace([("allocate", 0, 4)] + [("allocate", 50 + k, 1) for k in range(40)])
 check(not corpus_loop.loop_trace(keep, dst, 50, 1), "no self-contained iteration, no loop")
 for p in (src, dst, keep):
