@@ -92,7 +92,8 @@ def measure(mode, specs, warmup):
             "p10_ms": ms[n // 10], "p90_ms": ms[9 * n // 10], "sum_ms": sum(ms), "wall_s": wall,
             "host_ms": sorted(host)[n // 2] * 1e3,
             "r_l": torch.cuda.max_memory_reserved() / max(1, torch.cuda.max_memory_allocated()),
-            "timed_calls": timed, "timed_call_ns": timed_ns, "round": int(os.environ.get("GM_STEPS_ROUND", "-1"))}),
+            "timed_calls": timed, "timed_call_ns": timed_ns,
+            "round": int(os.environ.get("GM_STEPS_ROUND", "-1"))}),
             flush=True)
         del step
 
@@ -103,7 +104,8 @@ def summarize(rows):
     for r in rows:
         by.setdefault(r["w"], {}).setdefault(r["mode"], []).append(r)
     out = ["workload             mode                          rounds  median ms  x default  "
-           "spread (rounds)  paired  spread (paired)  reserved/alloc  host ms  calls/step  call ms"]
+           "spread (rounds)  paired  spread (paired)  reserved/alloc  host ms  calls/step  "
+           "call ms"]
     for w in sorted(by):
         base = by[w].get("default")
         ref = statistics.median(r["median_ms"] for r in base) if base else None
