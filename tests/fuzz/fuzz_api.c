@@ -2,7 +2,9 @@
  * libFuzzer harness: sequences of API operations against a model (issue 19 part 5).
  *
  * The first bytes choose the configuration (strategy, segment mode, release policy, growth,
- * cache and thread cache on or off, mapped-first placement, the unmapping thread); the sim device is host-backed with manual streams, 64 KiB
+ * cache and thread cache on or off, mapped-first placement, the unmapping thread, runs that
+ * follow the pool or runs of 16 pages, placing above or waiting for old mappings, the recycling
+ * order); the sim device is host-backed with manual streams, 64 KiB
  * VMM pages and a small virtual range per VMM arena, so that requests often find no free run
  * of addresses and are served by stitching. Then each 4 bytes are one operation: allocate
  * (plain or movable, on one of three streams), free (on its stream or another),
@@ -256,6 +258,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.initial_reserve_bytes = (data[1] >> 5) & 1 ? (size_t)data[3] * 128 * KiB : 0;
     cfg.vmm_mapped_first = (data[1] >> 6) & 1;
     cfg.vmm_unmap_thread = (data[1] >> 7) & 1; /* old mappings unmapped by the pool's thread */
+    /* data[2] / 15 (0..17): the VMM run and recycling rules */
+    cfg.vmm_run_scale = (data[2] / 15) & 1 ? 1 : 0; /* 1: runs of vmm_run_pages at any size */
+    cfg.vmm_wait_retiring = (data[2] / 30) & 1;
+    cfg.vmm_recycle_newest = (data[2] / 60) & 1;
 
     model m = {0};
     /* 64 KiB pages: the host-backed sim moves a page's bytes when it is mapped or unmapped */
