@@ -98,6 +98,13 @@ def measure(mode, specs, warmup):
         del step
 
 
+def per_step(rs, key, fmt, div=1):
+    """The median round's sum over kinds of rows' dict `key` per timed step, over div, as fmt;
+    "-" when no row has it (allocators without the backend's counters)."""
+    v = sorted(sum(r[key].values()) / r["steps"] / div for r in rs if r.get(key) is not None)
+    return fmt % v[len(v) // 2] if v else "-"
+
+
 def summarize(rows):
     """Lines of the summary of measure()'s rows (several rounds of several modes)."""
     by = {}
@@ -117,21 +124,16 @@ def summarize(rows):
             med = statistics.median(meds)
             rel = "%9.3f" % (med / ref) if ref else "        -"
             spread = ("%.3f-%.3f" % (min(meds) / ref, max(meds) / ref)) if ref else "-"
-            calls = sorted(sum(r["timed_calls"].values()) / r["steps"] for r in rs
-                           if r.get("timed_calls") is not None)
             # each round's median over default's in the same round: the two ran back to back
             pairs = sorted(r["median_ms"] / base_of[r["round"]] for r in rs
                            if r.get("round", -1) in base_of)
             paired = "%.3f" % statistics.median(pairs) if pairs else "-"
             pspread = "%.3f-%.3f" % (pairs[0], pairs[-1]) if pairs else "-"
             hosts = [r["host_ms"] for r in rs if r.get("host_ms") is not None]
-            cms = sorted(sum(r["timed_call_ns"].values()) / r["steps"] / 1e6 for r in rs
-                         if r.get("timed_call_ns") is not None)
             out.append("%-20s %-29s %6d %10.3f %s  %15s  %6s  %15s  %14.3f  %7s  %10s  %7s" % (
                 w, m[:29], len(rs), med, rel, spread, paired, pspread,
                 max(r["r_l"] for r in rs), "%.3f" % statistics.median(hosts) if hosts else "-",
-                "%.2f" % calls[len(calls) // 2] if calls else "-",
-                "%.3f" % cms[len(cms) // 2] if cms else "-"))
+                per_step(rs, "timed_calls", "%.2f"), per_step(rs, "timed_call_ns", "%.3f", 1e6)))
     return out
 
 
