@@ -320,6 +320,11 @@ typedef struct gm_config {
                                  helper thread of the pool, off the allocating threads (each
                                  unmap is 20-40 us of host time on an H200); docs/architecture.md,
                                  "The unmapping thread" */
+    int vmm_plan;             /* nonzero (needs cache_disable): each VMM arena learns the order
+                                 of its allocations and frees; when a period repeats exactly,
+                                 one period is laid out once and later allocations go to their
+                                 planned addresses, so a loop whose shapes do not change maps
+                                 and moves nothing (docs/architecture.md, "Learned layouts") */
 
     /* Cache of freed blocks (docs/cache.md). */
     int cache_disable;               /* nonzero: freed blocks go straight back to the strategy
@@ -738,6 +743,10 @@ typedef struct gm_stats {
                                     without waiting") */
     uint64_t vmm_unmaps_async;   /* VMM: of those old mappings, the ones the unmapping thread
                                     unmapped (gm_config.vmm_unmap_thread) */
+    uint64_t vmm_plans;          /* VMM: learned layouts installed (gm_config.vmm_plan) */
+    uint64_t vmm_plan_hits;      /* VMM: allocations placed at their planned address */
+    uint64_t vmm_plan_misses;    /* VMM: planned allocations whose address was not free (best
+                                    fit took them) */
 
     /* Sharing with other devices and processes (docs/multi-gpu.md). */
     int device;                  /* ordinal of the pool's device */

@@ -27,6 +27,7 @@
 #include "error.h"
 #include "lock.h"
 #include "oom.h"
+#include "plan.h"
 #include "release.h"
 #include "retire.h"
 #include "share.h"
@@ -277,6 +278,8 @@ gm_status gm_free(gm_pool *pool, void *ptr, gm_stream stream)
     if (GM_UNLIKELY(pool->trace))
         tracing_free(pool->trace, ptr, b->requested, stream);
     GM_ASSERT2(block_sane(b) && b->flags == 0);
+    if (GM_UNLIKELY(pool->cfg.vmm_plan) && b->span->arena->plan)
+        plan_note_free_locked(b->span->arena, b, stream);
     free_unmapped_block_locked(pool, b, stream);
     if (GM_DEBUG >= 3)
         pool->debug_check(pool);

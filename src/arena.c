@@ -9,6 +9,7 @@
 #include "cache.h"
 #include "error.h"
 #include "growth.h"
+#include "plan.h"
 #include "release.h"
 #include "segment.h"
 #include "tcache.h"
@@ -233,7 +234,11 @@ __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_are
         if (st != GM_OK)
             return st;
     }
-    gm_block *b = pool->cfg.vmm_mapped_first ? take_on_mapped_pages(pool, a, granted) : NULL;
+    gm_block *b = NULL;
+    if (a->plan && !(b = plan_take_locked(pool, a, granted)))
+        b = plan_take_above_locked(pool, a, granted);
+    if (!b && pool->cfg.vmm_mapped_first)
+        b = take_on_mapped_pages(pool, a, granted);
     if (!b)
         b = a->ops->take(&pool->strat, a, granted);
     if (!b)
@@ -256,6 +261,8 @@ __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_are
         block_refile_locked(pool, b);
         return st;
     }
+    if (pool->cfg.vmm_plan)
+        plan_note_alloc_locked(a, b);
     *out = b;
     return GM_OK;
 }

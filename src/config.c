@@ -106,6 +106,8 @@ typedef enum key_type {
       "VMM: place a block on free pages already mapped first (fewer device calls; tlsf)")       \
     X("vmm_unmap_thread", K_BOOL, vmm_unmap_thread, "false",                                    \
       "VMM: a helper thread unmaps recycled runs' old mappings, off the allocating threads")   \
+    X("vmm_plan", K_BOOL, vmm_plan, "false",                                                    \
+      "VMM: learn a loop that repeats and place its blocks where one period's layout puts them") \
     X("cache_disable", K_BOOL, cache_disable, "false",                                          \
       "freed blocks go straight back to the strategy (no cache)")                               \
     X("cache_small_max", K_SIZE, cache_small_max, "1MiB",                                       \

@@ -24,6 +24,7 @@
 #include "events.h"
 #include "lock.h"
 #include "oom.h"
+#include "plan.h"
 #include "release.h"
 #include "retire.h"
 #include "segment.h"
@@ -250,6 +251,7 @@ static uint64_t pool_teardown(gm_pool *pool)
         while (a->spans)
             lost += span_release_force_locked(pool, a->spans) != GM_OK;
         a->ops->fini(&pool->strat, a);
+        plan_free(a);
     }
     lost += sleep_fini_locked(pool); /* a sleeping pool's host copies */
     for (size_t i = 0; i < pool->ev.event_count; i++) /* a refused one is left to the device */

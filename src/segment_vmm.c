@@ -551,6 +551,22 @@ static gm_status run_release(gm_pool *pool, gm_arena *a, size_t h)
     return st == GM_OK ? phys_release(pool, phys, bytes) : st;
 }
 
+void vmm_hold_locked(gm_arena *a, size_t lo, size_t hi)
+{
+    a->hold_lo = lo;
+    a->hold_hi = hi;
+    for (size_t h = lo; h < hi && h < a->page_count; h++) {
+        const vmm_page *pg = &a->pages[h];
+        if (pg->phys && pg->run == h && !pg->run_busy) { /* an idle run: to the newest end */
+            run_idle_remove(a, h);
+            run_idle_push(a, h);
+        }
+    }
+}
+
+/* Idle runs of one length looked at past the pages a plan holds. */
+enum { HOLD_SCAN = 64 };
+
 /* The longest idle run of arena a of at most max_pages pages, of that length the one idle
  * longest (newest: the one idle last), or PAGE_NONE. Oldest first because a run that went idle
  * in this iteration of a loop is likely wanted where it is later in the same iteration, and
@@ -559,8 +575,18 @@ static size_t idle_run_find(const gm_arena *a, size_t max_pages, bool newest)
 {
     const uint32_t *list = newest ? a->idle_runs : a->idle_run_tails;
     for (size_t len = max_pages < VMM_RUN_PAGES ? max_pages : VMM_RUN_PAGES; len; len--)
-        if (list[len] != PAGE_NONE)
-            return list[len];
+        if (list[len] != PAGE_NONE) {
+            if (a->hold_hi <= a->hold_lo)
+                return list[len];
+            /* a plan holds pages [hold_lo, hold_hi): the first of the next HOLD_SCAN runs of
+             * this length outside them (plan.c) */
+            size_t h = list[len];
+            for (unsigned k = 0; k < HOLD_SCAN && h != PAGE_NONE; k++) {
+                if (h < a->hold_lo || h >= a->hold_hi)
+                    return h;
+                h = newest ? a->pages[h].run_next : a->pages[h].run_prev;
+            }
+        }
     return PAGE_NONE;
 }
 

@@ -15,6 +15,7 @@
 #include "error.h"
 #include "json.h"
 #include "lock.h"
+#include "plan.h"
 #include "segment.h"
 #include "share.h"
 #include "sleep.h"
@@ -73,6 +74,8 @@ static void fill_stats_locked(gm_pool *pool, gm_stats *out)
     out->vmm_runs_recycled = pool->seg.vmm_runs_recycled;
     out->vmm_runs_recycled_across = pool->seg.vmm_runs_recycled_across;
     out->vmm_waits_avoided = pool->seg.vmm_waits_avoided;
+    HEAPS_FOR_EACH_ARENA(pool, h, a)
+        plan_counts(a, &out->vmm_plans, &out->vmm_plan_hits, &out->vmm_plan_misses);
     out->vmm_alias_pages = 0;
     for (size_t i = 0; i < pool->seg.alias_count; i++)
         out->vmm_alias_pages += pool->seg.aliases[i].n;
@@ -427,6 +430,8 @@ static gm_status check_arena(gm_pool *pool, const gm_arena *a, recount *rc)
     char why[256];
     size_t listed = 0;
     if (a->ops->check(&pool->strat, a, &listed, why, sizeof why) != GM_OK)
+        return CORRUPT("%s", why);
+    if (!plan_check_locked(a, why, sizeof why))
         return CORRUPT("%s", why);
     if (listed != rc->free_blocks - free_before)
         return CORRUPT("free lists hold %zu blocks, spans %zu", listed,

@@ -85,6 +85,7 @@ typedef struct gm_span gm_span;
 typedef struct gm_arena gm_arena;
 typedef struct gm_heap gm_heap;
 typedef struct strategy_ops strategy_ops;
+typedef struct arena_plan arena_plan;
 
 typedef struct gm_block {
     /* A record per cache line: threads on the lock-free path write their blocks' records, and
@@ -116,6 +117,8 @@ typedef struct gm_block {
     uint8_t tag_id;        /* live: the allocating thread's tag at allocation (tag.c) */
     uint16_t free_class;   /* free (tlsf): the list it is filed on, set when filed, so that
                               unfiling need not recompute it; stale otherwise */
+    uint32_t plan_seq;     /* live, VMM arena with a record (plan.c): the arena's operation
+                              count at its allocation, low bits */
 } gm_block;
 static_assert(sizeof(gm_block) == 128, "a block record is two cache lines");
 
@@ -255,6 +258,9 @@ struct gm_arena {
     size_t *pool_idle_runs;                /* the pool's vmm_idle_runs (arenas move, not it) */
     size_t ungranted_runs; /* runs flagged vmm_page.ungranted */
     size_t retiring_pages; /* pages flagged vmm_page.retiring */
+    arena_plan *plan;      /* gm_config.vmm_plan: the record and learned layout (plan.c) */
+    size_t hold_lo, hold_hi; /* pages [hold_lo, hold_hi) of an installed plan: recycling moves
+                                none of their idle runs (segment_vmm.c idle_run_find) */
 };
 
 struct gm_heap {

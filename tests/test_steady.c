@@ -11,36 +11,9 @@
  * loop with release=eager (idle runs given back at once) must show calls, so the measure is
  * live.
  */
-#include "sim_setup.h"
+#include "loop_support.h"
 
 enum { WEIGHTS = 50, STEPS = 300, ITERS = 12, WARM = 3 };
-
-static uint64_t rng_state;
-
-static uint64_t rng(void) /* xorshift64: the same plan on every run */
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-static size_t between(size_t lo, size_t hi)
-{
-    return lo + (size_t)(rng() % (hi - lo + 1));
-}
-
-static uint64_t memory_calls(gm_pool *p)
-{
-    static const int kinds[] = {GM_CALL_MEM_ALLOC,    GM_CALL_MEM_FREE, GM_CALL_VA_RESERVE,
-                                GM_CALL_VA_RELEASE,   GM_CALL_PHYS_CREATE,
-                                GM_CALL_PHYS_RELEASE, GM_CALL_MAP,      GM_CALL_UNMAP};
-    gm_stats st = stats_of(p);
-    uint64_t n = 0;
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-        n += st.device_calls[kinds[i]];
-    return n;
-}
 
 typedef struct {
     size_t size;

@@ -28,6 +28,7 @@ retire 25
 cache 24
 release 23
 growth 22
+plan 22.5
 strategy 21
 tlsf 20
 buddy 20

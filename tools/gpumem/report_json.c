@@ -108,6 +108,9 @@ void report_json_fields(jw *w, const trace *t, const replay_result *r)
     jw_u64(w, "vmm_alias_pages", fin->vmm_alias_pages);
     jw_u64(w, "vmm_waits_avoided", fin->vmm_waits_avoided);
     jw_u64(w, "vmm_unmaps_async", fin->vmm_unmaps_async);
+    jw_u64(w, "vmm_plans", fin->vmm_plans);
+    jw_u64(w, "vmm_plan_hits", fin->vmm_plan_hits);
+    jw_u64(w, "vmm_plan_misses", fin->vmm_plan_misses);
     jw_u64(w, "segments_vmm", (uint64_t)fin->segments_vmm);
     jw_u64(w, "host_ns", r->host_ns);
     jw_double(w, "ns_per_op", r->ns_per_op);
