@@ -81,9 +81,12 @@ struct arena_plan {
     uint32_t *rank;          /* [P] a planned allocation's rank by offset */
     uint32_t *by_rank;       /* [planned] the position of each rank */
     uint64_t *bits;          /* ranks with a block in blk */
+    uint64_t *held;          /* pages [held_lo, held_hi) the planned blocks touch (bit each) */
+    size_t held_lo, held_hi;
     uint32_t planned;
     uint32_t quiet;          /* the position after which the fewest blocks of the period live */
     size_t outliving;        /* bytes of the period's allocations that outlive it (unplanned) */
+    uint64_t maps_mark;      /* the arena's runs_mapped when the last period began to count */
     uint64_t installs, hits, misses;
 };
 
@@ -149,7 +152,7 @@ static inline uint64_t ring_at(const arena_plan *p, uint64_t seq)
 static void plan_drop(gm_arena *a, arena_plan *p)
 {
     p->active = p->armed = false;
-    vmm_hold_locked(a, 0, 0);
+    vmm_hold_locked(a, 0, 0, NULL);
     memset(p->blk, 0, p->P * sizeof *p->blk);
     memset(p->bits, 0, ((p->planned + 63) / 64) * sizeof *p->bits);
 }
@@ -190,12 +193,13 @@ static void record(gm_arena *a, arena_plan *p, uint64_t sig)
             }
         }
     }
-    if (p->period && !p->active && p->run >= p->period && p->seq >= p->retry_at)
+    if (p->period && p->run == p->period)
+        p->maps_mark = a->runs_mapped; /* two periods alike: does the next one move pages? */
+    if (p->period && !p->active && p->run >= 2 * p->period && p->seq >= p->retry_at)
         plan_try(a, p);
     if (p->active && !p->armed && p->seq >= p->armed_at) {
         p->armed = true;
-        vmm_hold_locked(a, vmm_page_of(a, p->base + p->low),
-                        vmm_page_of(a, p->base + p->footprint - 1) + 1);
+        vmm_hold_locked(a, p->held_lo, p->held_hi, p->held);
     }
 }
 
@@ -516,9 +520,11 @@ static void plan_try(gm_arena *a, arena_plan *p)
     uint32_t P = p->period;
     uint64_t w0 = p->seq - P;
     slot *slots = NULL, **near = NULL;
-    fixed *fix = NULL;
+    fixed *fix = NULL, *all = NULL;
+    size_t *best = NULL;
     uint32_t n = 0;
-    if (!plan_arrays(p, P))
+    /* a period that mapped nothing runs as it is: a layout could only cost it pages */
+    if (a->runs_mapped == p->maps_mark || !plan_arrays(p, P))
         goto refused;
     for (uint32_t k = 0; k < P; k++)
         p->sig[k] = ring_at(p, w0 + k);
@@ -554,27 +560,54 @@ static void plan_try(gm_arena *a, arena_plan *p)
             if (lasting(p, b, w0))
                 fix[m++] = (fixed){b->addr - s->base, b->size};
     }
-    if (!range || !(near = gm_host_malloc(n * sizeof *near)))
+    if (!range || !(near = gm_host_malloc(n * sizeof *near)) ||
+        !(all = gm_host_malloc((m + n) * sizeof *all)) ||
+        !(best = gm_host_malloc(P * sizeof *best)))
         goto refused;
-    /* Around the lasting blocks from the range's base, sharing their pages: where the program
-     * runs now, so that the first planned period finds most of its pages mapped (a stretch of
-     * its own, above them, needed as many pages again while the old places were in use:
-     * unet_sample 1.023 -> 1.36 on its repeated loop, sim). */
+    /* Two places, the one touching fewer pages kept (the first on a tie): around the lasting
+     * blocks from the range's base, sharing their pages, where the program runs now; or alone,
+     * in the lowest stretch of whole pages between lasting blocks that holds a layout made
+     * without them (gpt2_medium_ckpt's loop: 10,517 pages around, fewer alone). */
     qsort(fix, m, sizeof *fix, fixed_by_off);
-    size_t footprint = best_layout(p, slots, n, P, near, fix, m);
-    if (footprint > range->size)
+    size_t page = (size_t)1 << a->page_shift, need = SIZE_MAX, footprint = 0;
+    for (int alone = 0; alone < 2; alone++) {
+        size_t f = best_layout(p, slots, n, P, near, alone ? NULL : fix, alone ? 0 : m);
+        size_t shift = 0;
+        for (size_t i = 0; alone && i < m && fix[i].off < shift + f; i++) {
+            size_t top = (fix[i].off + fix[i].size + page - 1) & ~(page - 1);
+            shift = top > shift ? top : shift;
+        }
+        if (shift + f > range->size)
+            continue;
+        for (uint32_t i = 0; i < n; i++) {
+            slots[i].off = p->off[slots[i].pos] + shift;
+            near[i] = &slots[i];
+        }
+        qsort(near, n, sizeof *near, by_off);
+        for (uint32_t r = 0; r < n; r++)
+            fix[m + r] = (fixed){near[r]->off, near[r]->size};
+        memcpy(all, fix, (m + n) * sizeof *all);
+        qsort(all, m + n, sizeof *all, fixed_by_off);
+        size_t pages = other_pages + pages_touched(all, m + n, range->base, a->page_shift);
+        if (pages >= need)
+            continue;
+        need = pages;
+        footprint = shift + f;
+        p->low = near[0]->off;
+        for (uint32_t r = 0; r < n; r++) {
+            p->rank[near[r]->pos] = r;
+            p->by_rank[r] = near[r]->pos;
+            best[near[r]->pos] = near[r]->off;
+        }
+    }
+    if (need == SIZE_MAX)
         goto refused;
     for (uint32_t i = 0; i < n; i++) {
-        slots[i].off = p->off[slots[i].pos];
+        slots[i].off = best[slots[i].pos];
+        p->off[slots[i].pos] = slots[i].off;
         near[i] = &slots[i];
     }
     qsort(near, n, sizeof *near, by_off);
-    for (uint32_t r = 0; r < n; r++) {
-        p->rank[near[r]->pos] = r;
-        p->by_rank[r] = near[r]->pos;
-        fix[m + r] = (fixed){near[r]->off, near[r]->size};
-    }
-    p->low = near[0]->off;
     /* Armed at the quiet position, the plan finds there the blocks of the period that cross it
      * at the places the old layout gave them, in the way of planned blocks until they are freed;
      * each one it misses goes above the planned stretch on pages of its own. A quiet position
@@ -587,14 +620,28 @@ static void plan_try(gm_arena *a, arena_plan *p)
                                       : p->quiet > x->pos || p->quiet <= x->end;
         crossing += across ? x->size : 0;
     }
-    if (crossing + p->outliving > (footprint - p->low) / 64)
+    if (p->outliving || crossing > (footprint - p->low) / 64)
         goto refused;
-    qsort(fix, m + n, sizeof *fix, fixed_by_off);
-    size_t need = other_pages + pages_touched(fix, m + n, range->base, a->page_shift);
     p->planned = n;
     p->footprint = footprint;
     if (need > a->mapped_pages + a->mapped_pages / 64)
         goto refused;
+    /* the pages the planned blocks touch: held while armed (gaps of the layout are not) */
+    size_t lo = vmm_page_of(a, range->base + p->low);
+    size_t hi = vmm_page_of(a, range->base + footprint - 1) + 1;
+    uint64_t *held = gm_host_calloc((hi - lo + 63) / 64, sizeof *held);
+    if (!held)
+        goto refused;
+    for (uint32_t r = 0; r < n; r++) {
+        size_t q = vmm_page_of(a, range->base + near[r]->off);
+        size_t e = vmm_page_of(a, range->base + near[r]->off + near[r]->size - 1);
+        for (; q <= e; q++)
+            held[(q - lo) / 64] |= 1ull << ((q - lo) % 64);
+    }
+    free(p->held);
+    p->held = held;
+    p->held_lo = lo;
+    p->held_hi = hi;
     p->base = range->base;
     p->start = w0;
     p->armed_at = p->seq + (p->quiet + P - (uint32_t)((p->seq - w0) % P)) % P;
@@ -605,6 +652,7 @@ static void plan_try(gm_arena *a, arena_plan *p)
     p->backoff = 1;
     goto done;
 refused:
+    p->maps_mark = a->runs_mapped;
     p->planned = 0;
     p->retry_at = p->seq + (uint64_t)P * p->backoff;
     if (p->backoff < PLAN_BACKOFF_MAX)
@@ -613,6 +661,8 @@ done:
     free(slots);
     free(near);
     free(fix);
+    free(all);
+    free(best);
 }
 
 /* ---------------------------------------------------------------- serving */
@@ -730,6 +780,7 @@ void plan_free(gm_arena *a)
         return;
     free(p->ring), free(p->table);
     free(p->sig), free(p->off), free(p->blk), free(p->rank), free(p->by_rank), free(p->bits);
+    free(p->held);
     free(p);
     a->plan = NULL;
 }

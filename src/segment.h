@@ -67,10 +67,11 @@ gm_status vmm_release_all_locked(gm_pool *pool, gm_arena *a);
 gm_status vmm_map_used_locked(gm_pool *pool, gm_arena *a);
 size_t releasable_bytes_locked(gm_pool *pool, size_t max_segment);
 size_t vmm_page_of(const gm_arena *a, uintptr_t addr);
-/* Pages [lo, hi) of arena a are held by a learned layout (plan.c): recycling moves none of
- * their idle runs, and those idle now go to the newest end of their lists, so that recycling,
- * oldest first, meets the runs outside them first. lo == hi: none held. O(hi - lo). */
-void vmm_hold_locked(gm_arena *a, size_t lo, size_t hi);
+/* The pages of arena a in [lo, hi) whose bit is set in bits (bit q - lo) are held by a learned
+ * layout (plan.c; the caller keeps bits alive until it holds none): recycling moves no idle run
+ * that holds one, and those idle now go to the newest end of their lists, so that recycling,
+ * oldest first, meets the others first. bits NULL: none held. O(hi - lo). */
+void vmm_hold_locked(gm_arena *a, size_t lo, size_t hi, const uint64_t *bits);
 /* Free memory inside reserved memory: its total, largest range, and sizes by histogram bin. */
 typedef struct free_summary {
     size_t total, largest;

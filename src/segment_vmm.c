@@ -223,9 +223,16 @@ static void idle_remove(gm_arena *a, size_t p)
 /* Idle runs (run_busy == 0) of an arena, one list per length, newest first: recycling takes the
  * longest that fits, of that length the oldest (vmm_recycle_newest: the newest), in
  * O(VMM_RUN_PAGES). */
+static bool run_held(const gm_arena *a, size_t h);
+static void run_idle_append(gm_arena *a, size_t h);
+
 static void run_idle_push(gm_arena *a, size_t h)
 {
     vmm_page *pg = &a->pages[h];
+    if (a->hold_hi > a->hold_lo && !run_held(a, h)) { /* a plan holds pages: the others first */
+        run_idle_append(a, h);
+        return;
+    }
     uint32_t *head = &a->idle_runs[pg->run_len];
     pg->run_prev = PAGE_NONE;
     pg->run_next = *head;
@@ -234,6 +241,22 @@ static void run_idle_push(gm_arena *a, size_t h)
     else
         a->idle_run_tails[pg->run_len] = (uint32_t)h;
     *head = (uint32_t)h;
+    a->idle_run_count++;
+    (*a->pool_idle_runs)++;
+}
+
+/* run_idle_push at the oldest end of its list: the first that oldest-first recycling meets. */
+static void run_idle_append(gm_arena *a, size_t h)
+{
+    vmm_page *pg = &a->pages[h];
+    uint32_t *tail = &a->idle_run_tails[pg->run_len];
+    pg->run_next = PAGE_NONE;
+    pg->run_prev = *tail;
+    if (*tail != PAGE_NONE)
+        a->pages[*tail].run_next = (uint32_t)h;
+    else
+        a->idle_runs[pg->run_len] = (uint32_t)h;
+    *tail = (uint32_t)h;
     a->idle_run_count++;
     (*a->pool_idle_runs)++;
 }
@@ -259,6 +282,7 @@ static void run_idle_remove(gm_arena *a, size_t h)
 static void run_note_mapped(gm_arena *a, size_t h, size_t n, gm_phys phys)
 {
     size_t busy = 0;
+    a->runs_mapped++;
     for (size_t p = h; p < h + n; p++) {
         vmm_page *pg = &a->pages[p];
         pg->phys = phys;
@@ -551,13 +575,32 @@ static gm_status run_release(gm_pool *pool, gm_arena *a, size_t h)
     return st == GM_OK ? phys_release(pool, phys, bytes) : st;
 }
 
-void vmm_hold_locked(gm_arena *a, size_t lo, size_t hi)
+/* Whether page q is one a plan holds (vmm_hold_locked). */
+static inline bool page_held(const gm_arena *a, size_t q)
+{
+    return q >= a->hold_lo && q < a->hold_hi &&
+           (a->hold_bits[(q - a->hold_lo) / 64] >> ((q - a->hold_lo) % 64) & 1);
+}
+
+/* Whether idle run h holds a page a plan holds: recycling leaves it where it is. */
+static bool run_held(const gm_arena *a, size_t h)
+{
+    if (a->hold_hi <= a->hold_lo)
+        return false;
+    for (size_t q = h; q < h + a->pages[h].run_len; q++)
+        if (page_held(a, q))
+            return true;
+    return false;
+}
+
+void vmm_hold_locked(gm_arena *a, size_t lo, size_t hi, const uint64_t *bits)
 {
     a->hold_lo = lo;
-    a->hold_hi = hi;
-    for (size_t h = lo; h < hi && h < a->page_count; h++) {
+    a->hold_hi = bits ? hi : lo;
+    a->hold_bits = bits;
+    for (size_t h = lo; h < a->hold_hi && h < a->page_count; h++) {
         const vmm_page *pg = &a->pages[h];
-        if (pg->phys && pg->run == h && !pg->run_busy) { /* an idle run: to the newest end */
+        if (pg->phys && pg->run == h && !pg->run_busy && run_held(a, h)) { /* to the newest end */
             run_idle_remove(a, h);
             run_idle_push(a, h);
         }
@@ -578,11 +621,11 @@ static size_t idle_run_find(const gm_arena *a, size_t max_pages, bool newest)
         if (list[len] != PAGE_NONE) {
             if (a->hold_hi <= a->hold_lo)
                 return list[len];
-            /* a plan holds pages [hold_lo, hold_hi): the first of the next HOLD_SCAN runs of
-             * this length outside them (plan.c) */
+            /* a plan holds pages: the first of the next HOLD_SCAN runs of this length that
+             * holds none of them (plan.c) */
             size_t h = list[len];
             for (unsigned k = 0; k < HOLD_SCAN && h != PAGE_NONE; k++) {
-                if (h < a->hold_lo || h >= a->hold_hi)
+                if (!run_held(a, h))
                     return h;
                 h = newest ? a->pages[h].run_next : a->pages[h].run_prev;
             }
@@ -679,6 +722,29 @@ static bool repeat_keeps(const gm_pool *pool, const gm_arena *a, size_t p, size_
     return pool->counters.reserved_bytes + len * pool->granularity <= peak + peak / 64;
 }
 
+/* A new run of len pages for a stretch that a plan holds (vmm_hold_locked), while this arena
+ * keeps idle runs holding none of the held pages that recycling could not use (longer than the
+ * stretch: a run moves whole): those go back to the device first, longest and oldest first,
+ * while the new run would raise reserved past its peak. Moving into a learned layout would
+ * otherwise raise the peak by the old layout's leftover runs, which nothing then wants. */
+static void hold_make_room(gm_pool *pool, gm_arena *a, size_t len)
+{
+    size_t add = len * pool->granularity;
+    while (pool->counters.reserved_bytes + add > pool->counters.peak_reserved) {
+        size_t h = PAGE_NONE;
+        for (size_t l = VMM_RUN_PAGES; l && h == PAGE_NONE; l--) {
+            uint32_t r = a->idle_run_tails[l];
+            for (unsigned k = 0; k < HOLD_SCAN && r != PAGE_NONE; k++, r = a->pages[r].run_prev)
+                if (!run_held(a, r)) {
+                    h = r;
+                    break;
+                }
+        }
+        if (h == PAGE_NONE || run_release(pool, a, h) != GM_OK)
+            return;
+    }
+}
+
 /* Pages [p, p + n) of arena a, unmapped, get memory. Recycling first (every release policy but
  * ON_OOM): idle runs of up to n + room pages are moved there (room: unmapped, unused pages
  * right after the stretch, which a longer run may cover), cached blocks evicted to make some;
@@ -690,7 +756,8 @@ static gm_status stretch_fill(gm_pool *pool, gm_arena *a, size_t p, size_t n, si
     bool recycle = pool->cfg.release != GM_RELEASE_ON_OOM;
     size_t stretch = n;
     while (n) {
-        bool keep = recycle && repeat_keeps(pool, a, p, n);
+        /* a plan's pages: the plan already keeps what repeats (plan.c) */
+        bool keep = recycle && !page_held(a, p) && repeat_keeps(pool, a, p, n);
         while (recycle && !keep && n) {
             size_t moved = 0;
             gm_status st = run_recycle(pool, a, p, n + room, &moved);
@@ -708,6 +775,8 @@ static gm_status stretch_fill(gm_pool *pool, gm_arena *a, size_t p, size_t n, si
         if (!n)
             break;
         size_t cap = run_cap(pool, n, stretch), len = n < cap ? n : cap;
+        if (page_held(a, p))
+            hold_make_room(pool, a, len);
         gm_status st = run_create(pool, a, p, len);
         if (st == GM_ERR_OUT_OF_MEMORY && !recycle) {
             recycle = true; /* at the limit: recycle, then try again */

@@ -259,8 +259,12 @@ struct gm_arena {
     size_t ungranted_runs; /* runs flagged vmm_page.ungranted */
     size_t retiring_pages; /* pages flagged vmm_page.retiring */
     arena_plan *plan;      /* gm_config.vmm_plan: the record and learned layout (plan.c) */
-    size_t hold_lo, hold_hi; /* pages [hold_lo, hold_hi) of an installed plan: recycling moves
-                                none of their idle runs (segment_vmm.c idle_run_find) */
+    size_t hold_lo, hold_hi; /* an armed plan's pages: those in [hold_lo, hold_hi) whose bit is
+                                set in hold_bits (the plan's); recycling moves no idle run that
+                                holds one (segment_vmm.c, vmm_hold_locked) */
+    const uint64_t *hold_bits;
+    uint64_t runs_mapped;    /* runs mapped into this arena (created or recycled): whether a
+                                loop still moves pages, for a plan (plan.c) */
 };
 
 struct gm_heap {

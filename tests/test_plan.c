@@ -10,7 +10,8 @@
  * every planned allocation lands at its address, and the pool stays within its bound. Then the
  * program changes (one size): the plan ends at the first operation that differs, and the pool
  * learns the new iteration (a second install). A block freed on another stream keeps its slot
- * out of the plan. A plan with the cache on is refused by name.
+ * out of the plan. A loop that maps nothing already gets no plan. A plan with the cache on is
+ * refused by name.
  */
 #include "loop_support.h"
 
@@ -136,6 +137,31 @@ static void test_change_and_streams(void)
     gm_backend_destroy(be);
 }
 
+/* A loop that already maps nothing in its steady state (blocks of one size, each freed before
+ * the next is allocated: best fit reuses the same place) gets no plan: a layout could only cost
+ * it pages. */
+static void test_quiet_loop_unplanned(void)
+{
+    gm_config cfg = {0};
+    REQUIRE_OK(gm_config_parse(&cfg, BACKEND ",vmm_plan=1"));
+    gm_backend *be = sim_new(0, 0, 0);
+    gm_pool *p = pool_new(be, &cfg);
+    program pg;
+    program_make(&pg, 0x5555aaaa5555aaaau);
+    for (int i = 0; i < STEPS; i++) {
+        pg.size[i] = 24u << 20;
+        pg.life[i] = 0; /* freed right after its allocation */
+    }
+    for (int it = 0; it < 20; it++)
+        iterate(p, &pg, -1, 0);
+    gm_stats st = stats_of(p);
+    CHECK_EQ_U(st.vmm_plans, 0);
+    CHECK_EQ_U(st.vmm_plan_hits, 0);
+    CHECK_OK(gm_pool_check(p));
+    gm_pool_destroy(p);
+    gm_backend_destroy(be);
+}
+
 /* With the cache on, a reused block never reaches the arena whose order the plan learns: the
  * configuration is refused with a message naming both settings. */
 static void test_refused_with_cache(void)
@@ -154,6 +180,7 @@ int main(void)
 {
     test_steady_state();
     test_change_and_streams();
+    test_quiet_loop_unplanned();
     test_refused_with_cache();
     return check_summary();
 }
