@@ -6,29 +6,33 @@
  * block's allocation (gm_block.plan_seq), | 2 when another stream used the block. A ring keeps
  * the last signatures; a table maps a rolling hash of the last PLAN_K signatures and the
  * number of live blocks to where it was last seen. A hit proposes a period (the distance); the
- * period holds while each new signature equals the one a period before, and once a whole period
- * has repeated (two periods alike) a plan is tried. The live count in the key makes the
- * proposals balanced: inside an iteration a repeated layer leaves more blocks live than it
- * found, so the same layer one layer later is not proposed, the same point one iteration later
- * is.
+ * period holds while each new signature equals the one a period before. The live count in the
+ * key makes the proposals balanced: inside an iteration a repeated layer leaves more blocks
+ * live than it found, so the same layer one layer later is not proposed, the same point one
+ * iteration later is. Once three periods are alike, a plan is tried if the last of them mapped
+ * a run into the arena (gm_arena.runs_mapped): a loop that maps nothing is left as it is.
  *
- * The plan. The last period's allocations whose free lies less than a period later (cyclic
- * intervals of positions) are laid out greedy by size: the largest first, each at the lowest
- * offset no block live at the same time overlaps. The others (blocks that outlive a period, or
- * that another stream used) are not planned and take the strategy's best fit. The layout goes
- * at the lowest page-aligned address of a range where no lasting block lies (the blocks live
- * now that are not of the period), and is installed only if the pages it needs and the lasting
- * blocks' pages are no more than the arena holds mapped plus 1/64 (the slack repeats already
- * get, segment_vmm.c repeat_keeps): a layout looser than what the program runs in is refused,
- * and tried again after 1, 2, 4 ... 64 periods. The same period seen again reuses its layout.
+ * The plan. The period's allocations, each freed less than a period later (cyclic intervals of
+ * positions), are laid out greedily in several orders (largest first, largest size x lifetime,
+ * longest-lived, first allocated, seeded swaps), the smallest footprint kept, each at the lowest
+ * offset that no block live at the same time overlaps; in two places, the one touching fewer
+ * pages kept: around the lasting blocks (those live now that are not of the period) from the
+ * base of the arena's largest range, sharing their pages, or alone in the lowest stretch of
+ * whole pages between them. Refused (then tried again after 1, 2, 4 ... 64 periods): a period
+ * with an allocation that outlives it (a step inside an iteration, not the iteration), one
+ * whose quietest position (the fewest of its blocks live) more than 1/64 of its footprint
+ * crosses, and a layout whose pages and the lasting blocks' are more than the arena holds
+ * mapped plus 1/64 (the slack repeats already get, segment_vmm.c repeat_keeps).
  *
- * Serving. The allocation at position k of an installed plan looks for the free block that
- * holds its planned stretch, starting from the nearest planned block live below it (a bitmap of
- * live slots by offset) or above it, and takes it there (take_within); pages are acquired as
- * for any block, which in the steady state maps nothing. An allocation the plan cannot place
- * (the stretch not free: the first period after the install, blocks of the old layout still
- * live) goes to best fit and counts as a miss. The first operation whose signature differs ends
- * the plan.
+ * Serving. Installed, a plan arms at the quietest position. Armed, the allocation at position k
+ * looks for the free block that holds its planned stretch, starting from the nearest planned
+ * block live below it (a bitmap of live slots by offset) or above it, and takes it there
+ * (take_within); pages are acquired as for any block, which in the steady state maps nothing.
+ * An allocation the plan does not place (unplanned, or its stretch not free: blocks of the old
+ * layout still live) goes to the first fit above the planned stretch and counts as a miss if it
+ * was planned. The pages the planned blocks touch are held (segment_vmm.c vmm_hold_locked):
+ * recycling moves no idle run of them. The first operation whose signature differs ends the
+ * plan; its blocks stay where they are until freed.
  *
  * Cost: O(1) per operation to record (a hash, a ring slot, a table slot), the walk between two
  * neighbours to place; O(n^2) in a period's planned allocations once per install (at most

@@ -1,9 +1,10 @@
 /*
  * Learned layouts of a repeating program (plan.c; gm_config.vmm_plan): each VMM arena records
  * the order of its allocations and frees, spots a period that repeats exactly (a training or
- * serving loop whose shapes do not change), lays one period out offline (greedy by size, in one
- * stretch of addresses that never moves) and, when that layout needs no more pages than the
- * arena holds, places every later allocation of the period at its planned address. A loop in
+ * serving loop whose shapes do not change) while it still maps pages, lays one period out
+ * offline (greedy, in addresses that never move) and, when that layout needs at most 1/64 more
+ * pages than the arena holds, places every later allocation of the period at its planned
+ * address. A loop in
  * that state maps nothing and moves nothing: its blocks land on the pages they had an
  * iteration before. The first operation that differs from the period ends the plan; the blocks
  * it placed stay where they are until freed. docs/architecture.md, "Learned layouts".
