@@ -6,7 +6,13 @@ training step, a batch of inference, one generate() call), ``steps`` how many to
 built from configurations with random weights (no download), seeded, on the device. Shapes that
 vary are drawn from a generator seeded per workload, so a rerun asks for the same sizes.
 Peaks range from about 100 MB (tiny_cnn_train) to tens of GB (llama_1b_train).
+
+GM_FIXED_SHAPES=1 in the environment makes every draw the middle of its range, so that each step
+repeats the one before exactly: the same programs as loops whose shapes never change (what most
+training runs are), for bench/corpus_steps.sh. The recorded traces were made without it.
 """
+import os
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -16,8 +22,13 @@ def _rng(seed):
     return torch.Generator().manual_seed(seed)
 
 
+FIXED_SHAPES = os.environ.get("GM_FIXED_SHAPES") == "1"
+
+
 def _pick(g, lo, hi):
-    """An int in [lo, hi] from g."""
+    """An int in [lo, hi] from g (GM_FIXED_SHAPES=1: the middle of the range, every time)."""
+    if FIXED_SHAPES:
+        return (lo + hi) // 2
     return int(torch.randint(lo, hi + 1, (1,), generator=g))
 
 
