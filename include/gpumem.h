@@ -320,7 +320,8 @@ typedef struct gm_config {
                                  helper thread of the pool, off the allocating threads (each
                                  unmap is 20-40 us of host time on an H200); docs/architecture.md,
                                  "The unmapping thread" */
-    int vmm_plan;             /* nonzero (needs cache_disable): each VMM arena learns the order
+    int vmm_plan;             /* nonzero (with cache_disable; no effect with the cache on, whose
+                                 reuses never reach the arena): each VMM arena learns the order
                                  of its allocations and frees; when a period repeats exactly,
                                  one period is laid out once and later allocations go to their
                                  planned addresses, so a loop whose shapes do not change maps

@@ -261,7 +261,7 @@ __attribute__((noinline)) gm_status arena_alloc_vmm_locked(gm_pool *pool, gm_are
         block_refile_locked(pool, b);
         return st;
     }
-    if (pool->cfg.vmm_plan)
+    if (pool->cfg.vmm_plan && pool->cfg.cache_disable) /* a cached block's reuse never gets here */
         plan_note_alloc_locked(a, b);
     *out = b;
     return GM_OK;

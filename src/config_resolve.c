@@ -164,11 +164,6 @@ static bool bad_run_pages(const gm_config *c)
     return c->vmm_run_pages > VMM_RUN_PAGES;
 }
 
-static bool plan_with_cache(const gm_config *c)
-{
-    return c->vmm_plan && !c->cache_disable;
-}
-
 static bool bad_divisions(const gm_config *c)
 {
     return c->roundup_power2_divisions > 64 ||
@@ -200,8 +195,6 @@ static const rule RULES[] = {
               "large_request_min must not exceed medium_segment_bytes"),
     ENUM(growth, GM_GROWTH_COUNT, "growth: unknown value"),
     TEST(bad_run_pages, "vmm_run_pages must be in 1..16"),
-    TEST(plan_with_cache, "vmm_plan needs cache_disable=1 (a block the cache hands out again "
-                          "never reaches the arena whose order the plan learns)"),
     RANGE(growth_fraction, 0.0, true, 1.0, false, "growth_fraction must be in (0, 1]"),
     NOT_ABOVE(growth_min, growth_max, "growth_min must not exceed growth_max"),
     RANGE(reserve_limit_fraction, 0.0, false, 1.0, false,

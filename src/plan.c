@@ -519,7 +519,7 @@ static size_t best_layout(arena_plan *p, slot *slots, uint32_t n, uint32_t P, sl
 /* Lay the period out in the arena's largest range around its lasting blocks, and install it
  * when the pages it and the lasting blocks need are within what the arena holds mapped plus
  * 1/64; else try again after 1, 2, 4 ... PLAN_BACKOFF_MAX periods. */
-static void plan_try(gm_arena *a, arena_plan *p)
+static GM_COLD __attribute__((noinline)) void plan_try(gm_arena *a, arena_plan *p)
 {
     uint32_t P = p->period;
     uint64_t w0 = p->seq - P;

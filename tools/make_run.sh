@@ -38,7 +38,7 @@ member() { # member JSON_FILE KEY
 # Modes: plain (the default), vmm (--segments vmm), backend (gpumem.torch's placement on a
 # device with VMM, its unmapping thread left out so that the figures repeat run to run).
 VMM_ARGS="--segments vmm"
-BACKEND_ARGS="--segments vmm --set cache_disable=1 --set vmm_mapped_first=1"
+BACKEND_ARGS="--segments vmm --set cache_disable=1 --set vmm_mapped_first=1 --set vmm_plan=1"
 
 echo "reserved / live = peak reserved / peak live (lower is better; 1.000 wastes nothing)"
 printf '%-14s %-27s | %-46s\n' "" "gpumem on the sim" "PyTorch on an H200 (docs/anchors.md)"
@@ -80,7 +80,7 @@ for name in $(echo "$ANCHORS" | awk '{print $1}'); do
 "
 done
 echo "legend: plain = the defaults, vmm = --segments vmm, backend = vmm + cache_disable=1" \
-    "vmm_mapped_first=1 (the PyTorch backend's placement); OOM = allocations failed in the three"
+    "vmm_mapped_first=1 vmm_plan=1 (the PyTorch backend's placement); OOM = allocations failed in the three"
 [ "$OOMS" -eq 0 ] ||
     echo "WARNING: $OOMS allocations failed: those rows count only the rest (reports/*.json)"
 echo

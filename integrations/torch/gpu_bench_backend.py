@@ -46,7 +46,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 ALLOCATORS = ["default", "expandable", "gpumem"]
 # gpumem's settings per allocator name (GPUMEM_CONF syntax, applied after the backend's
 # DEFAULT_CONF); None = the backend's defaults. LIB puts the library's own defaults back.
-LIB = "segments=plain,cache_disable=0,vmm_mapped_first=0,vmm_unmap_thread=0"
+LIB = "segments=plain,cache_disable=0,vmm_mapped_first=0,vmm_unmap_thread=0,vmm_plan=0"
 GPUMEM_CONFS = {"gpumem": None, "gpumem-plain": LIB,
                 "gpumem-vmm": LIB + ",segments=vmm", "gpumem-vmm1": LIB + ",segments=vmm,vmm_run_pages=1",
                 # VMM that never unmaps on the hot path (pages are created and mapped as the pool

@@ -125,7 +125,7 @@ if len(sys.argv) > 2:  # the library parses them (gm_config is plain C: a genero
     lib.gm_config_parse.restype = ctypes.c_int
     buf = ctypes.create_string_buffer(1 << 16)
     for text in (gmt.DEFAULT_CONF, gmt.effective_conf(
-            "segments=plain,cache_disable=0,vmm_mapped_first=0,vmm_unmap_thread=0")):
+            "segments=plain,cache_disable=0,vmm_mapped_first=0,vmm_unmap_thread=0,vmm_plan=0")):
         check(lib.gm_config_parse(buf, text.encode()) == 0, "gm_config_parse rejects %r" % text)
     check(lib.gm_config_parse(buf, gmt.effective_conf("segments=sideways").encode()) != 0,
           "a bad user setting is accepted")

@@ -42,7 +42,7 @@ done
 # memory calls per 1,000 operations to 2, the simulated device time to 0.1 ms.
 name=side_prefetch
 i=0
-for args in "" "--segments vmm" "--segments vmm --set cache_disable=1 --set vmm_mapped_first=1"; do
+for args in "" "--segments vmm" "--segments vmm --set cache_disable=1 --set vmm_mapped_first=1 --set vmm_plan=1"; do
     i=$((i + 1))
     # shellcheck disable=SC2086 # the mode's options are words
     run 0 replay --json --no-progress $args "$SRC/traces/$name.csv.gz"

@@ -262,7 +262,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.vmm_run_scale = (data[2] / 15) & 1 ? 1 : 0; /* 1: runs of vmm_run_pages at any size */
     cfg.vmm_wait_retiring = (data[2] / 30) & 1;
     cfg.vmm_recycle_newest = (data[2] / 60) & 1;
-    cfg.vmm_plan = cfg.cache_disable && (data[2] / 120) & 1; /* learned layouts need no cache */
+    cfg.vmm_plan = (data[2] / 120) & 1; /* learned layouts (no effect with the cache on) */
 
     model m = {0};
     /* 64 KiB pages: the host-backed sim moves a page's bytes when it is mapped or unmapped */
