@@ -164,7 +164,7 @@ static void plan_drop(gm_arena *a, arena_plan *p)
 static void plan_try(gm_arena *a, arena_plan *p);
 
 /* Operation seq = p->seq with signature sig: recorded, the period followed or proposed, a plan
- * tried once a whole period has repeated. */
+ * tried once three periods are alike (and the last mapped a run), armed at its position. */
 static void record(gm_arena *a, arena_plan *p, uint64_t sig)
 {
     uint64_t i = p->seq;
