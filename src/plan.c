@@ -18,11 +18,13 @@
  * offset that no block live at the same time overlaps; in two places, the one touching fewer
  * pages kept: around the lasting blocks (those live now that are not of the period) from the
  * base of the arena's largest range, sharing their pages, or alone in the lowest stretch of
- * whole pages between them. Refused (then tried again after 1, 2, 4 ... 64 periods): a period
+ * whole pages between them. Refused (then tried again after 1, 2, 4 ... 256 periods): a period
  * with an allocation that outlives it (a step inside an iteration, not the iteration), one
- * whose quietest position (the fewest of its blocks live) more than 1/64 of its footprint
- * crosses, and a layout whose pages and the lasting blocks' are more than the arena holds
- * mapped plus 1/64 (the slack repeats already get, segment_vmm.c repeat_keeps).
+ * whose quietest position (the fewest of its blocks live) more than 1/64 of its live peak
+ * crosses (both before any layout work), and a layout whose pages and the lasting blocks' are
+ * more than the arena holds mapped plus 1/64 (the slack repeats already get, segment_vmm.c
+ * repeat_keeps). A period's first try searches up to PLAN_WORK greedy steps, its later tries
+ * PLAN_WORK_PER_OP for each operation since, going on with new orders.
  *
  * Serving. Installed, a plan arms at the quietest position. Armed, the allocation at position k
  * looks for the free block that holds its planned stretch, starting from the nearest planned
