@@ -505,15 +505,6 @@ static size_t live_peak(const slot *slots, uint32_t n, uint32_t P)
     return (size_t)most;
 }
 
-/* The smallest footprint of the greedy layout over several orders of the slots: four
- * heuristics of static memory planners (largest first, largest size x lifetime, longest-lived,
- * first allocated), then, while the work stays under PLAN_WORK, seeded random orders and the
- * best order so far with near pairs swapped, in turn (random orders alone did worse on large
- * periods: test_plan's 107 slots 606 MiB against 594), stopping
- * at the slots' live peak when no lasting block is in the way (tiny_cnn_train's iteration:
- * largest first 231.8 MiB, its live peak 221.2 reached by random orders within a thousand);
- * around the lasting blocks fix[0 .. m) (sorted by offset), the layout touching the fewest
- * pages with them. Its offsets in p->off; its highest end returned. */
 /* Work (greedy steps: pairs of slots looked at) one try may spend beyond the four heuristic
  * orders: PLAN_WORK for a period tried for the first time; for the same period again,
  * PLAN_WORK_PER_OP for each operation since the arena's last try, between PLAN_WORK_MIN and
@@ -521,8 +512,6 @@ static size_t live_peak(const slot *slots, uint32_t n, uint32_t P)
  * (bert_infer_fp16's recorded trace, its refused period tried again and again with up to 4,096
  * orders each: 0.8 -> 6.2 us per operation on the sim). */
 enum { PLAN_WORK_PER_OP = 8, PLAN_WORK_MIN = 1 << 16, PLAN_WORK = 1 << 20, PLAN_SHUFFLES = 4096 };
-static size_t pages_touched(const fixed *iv, size_t n, uintptr_t base, unsigned shift);
-static int fixed_by_off(const void *l, const void *r);
 
 /* The pages the slots (placed) and the lasting blocks fix[0 .. m) touch, each once; all: room
  * for m + n intervals. */
@@ -536,6 +525,15 @@ static size_t layout_pages(const slot *slots, uint32_t n, const fixed *fix, size
     return pages_touched(all, m + n, base, shift);
 }
 
+/* The smallest footprint of the greedy layout over several orders of the slots: four
+ * heuristics of static memory planners (largest first, largest size x lifetime, longest-lived,
+ * first allocated), then, within `work` steps (PLAN_SHUFFLES orders at most), seeded random
+ * orders and the best order so far with near pairs swapped, in turn (random orders alone did
+ * worse on large periods: test_plan's 107 slots 606 MiB against 594), stopping at the slots'
+ * live peak when no lasting block is in the way (tiny_cnn_train's iteration: largest first
+ * 231.8 MiB, its live peak 221.2 reached by random orders within a thousand); around the
+ * lasting blocks fix[0 .. m) (sorted by offset), the layout touching the fewest pages with
+ * them. Its offsets in p->off; its highest end returned. */
 static size_t best_layout(arena_plan *p, slot *slots, uint32_t n, uint32_t P, slot **near,
                           const fixed *fix, size_t m, fixed *all, uintptr_t base, unsigned shift,
                           size_t work)
@@ -633,7 +631,7 @@ static GM_COLD __attribute__((noinline)) void plan_try(gm_arena *a, arena_plan *
     if (p->outliving || crossing > live_peak(slots, n, P) / 64)
         goto refused;
     const gm_span *range = NULL; /* the largest: the arena's main range */
-    size_t m = 0, cap = 0, other_pages = 0;
+    size_t m = 0, other_pages = 0;
     for (const gm_span *s = a->spans; s; s = s->next)
         if (!range || s->size > range->size)
             range = s;
@@ -653,8 +651,7 @@ static GM_COLD __attribute__((noinline)) void plan_try(gm_arena *a, arena_plan *
             free(v);
             continue;
         }
-        cap = k + n;
-        if (!(fix = gm_host_malloc((cap ? cap : 1) * sizeof *fix)))
+        if (!(fix = gm_host_malloc((k ? k : 1) * sizeof *fix)))
             goto refused;
         for (const gm_block *b = s->first; b; b = b->phys_next)
             if (lasting(p, b, w0))
@@ -685,11 +682,8 @@ static GM_COLD __attribute__((noinline)) void plan_try(gm_arena *a, arena_plan *
             near[i] = &slots[i];
         }
         qsort(near, n, sizeof *near, by_off);
-        for (uint32_t r = 0; r < n; r++)
-            fix[m + r] = (fixed){near[r]->off, near[r]->size};
-        memcpy(all, fix, (m + n) * sizeof *all);
-        qsort(all, m + n, sizeof *all, fixed_by_off);
-        size_t pages = other_pages + pages_touched(all, m + n, range->base, a->page_shift);
+        size_t pages = other_pages + layout_pages(slots, n, fix, m, all, range->base,
+                                                  a->page_shift);
         if (pages >= need)
             continue;
         need = pages;

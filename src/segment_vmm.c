@@ -731,15 +731,7 @@ static void hold_make_room(gm_pool *pool, gm_arena *a, size_t len)
 {
     size_t add = len * pool->granularity;
     while (pool->counters.reserved_bytes + add > pool->counters.peak_reserved) {
-        size_t h = PAGE_NONE;
-        for (size_t l = VMM_RUN_PAGES; l && h == PAGE_NONE; l--) {
-            uint32_t r = a->idle_run_tails[l];
-            for (unsigned k = 0; k < HOLD_SCAN && r != PAGE_NONE; k++, r = a->pages[r].run_prev)
-                if (!run_held(a, r)) {
-                    h = r;
-                    break;
-                }
-        }
+        size_t h = idle_run_find(a, VMM_RUN_PAGES, false); /* held runs skipped */
         if (h == PAGE_NONE || run_release(pool, a, h) != GM_OK)
             return;
     }
